@@ -1,0 +1,3 @@
+from megaprov.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,387 @@
+"""Read and validate an Ansible INI inventory before any host is contacted.
+
+Parsing is strict on purpose: every problem becomes an :class:`InventoryError` that names the
+file, the line or variable, and the fix. Variable types come from the roles'
+``meta/argument_specs.yml`` (one source of truth with Ansible) and from ``CLUSTER_VARS``.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from megaprov.errors import InventoryError
+
+REQUIRED_GROUPS = ("head", "gpu_nodes")
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_GROUP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RANGE_RE = re.compile(r"\[([0-9]+|[a-z]):([0-9]+|[a-z])\]")
+_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Cluster-wide settings (defaults in inventories/defaults.yml; a unit test keeps both in sync).
+CLUSTER_VARS: dict[str, dict[str, Any]] = {
+    "megaprov_cluster_user": {"type": "str", "description": "account that runs training on every node"},
+    "megaprov_shared_dir": {"type": "path", "description": "directory every node sees (NFS or site FS)"},
+    "megaprov_scratch_dir": {"type": "path", "description": "node-local scratch directory"},
+    "megaprov_gpu_expected": {"type": "bool", "description": "gpu_nodes hosts must have NVIDIA GPUs"},
+    "megaprov_gpus_per_node": {"type": "int", "description": "GPUs each gpu_nodes host must have (0: any)"},
+    "megaprov_lab": {"type": "bool", "description": "hosts are megaprov lab containers"},
+}
+# Connection variables Ansible itself interprets.
+ANSIBLE_VARS: dict[str, dict[str, Any]] = {
+    "ansible_host": {"type": "str"},
+    "ansible_port": {"type": "int", "min": 1, "max": 65535},
+    "ansible_user": {"type": "str"},
+    "ansible_become": {"type": "bool"},
+    "ansible_python_interpreter": {"type": "str"},
+    "ansible_ssh_private_key_file": {"type": "path"},
+    "ansible_ssh_common_args": {"type": "str"},
+    "ansible_connection": {"type": "str"},
+}
+
+
+@dataclass
+class Host:
+    name: str
+    groups: set[str] = field(default_factory=set)
+    vars: dict[str, Any] = field(default_factory=dict)
+    line: str = ""
+
+    @property
+    def address(self) -> str:
+        return str(self.vars.get("ansible_host", self.name))
+
+    @property
+    def port(self) -> int:
+        return int(self.vars.get("ansible_port", 22))
+
+
+@dataclass
+class Inventory:
+    path: Path
+    hosts: dict[str, Host]
+    groups: dict[str, list[str]]
+    group_vars: dict[str, dict[str, Any]]
+
+    @property
+    def head(self) -> str:
+        return self.groups["head"][0]
+
+    def hosts_of(self, group: str) -> list[str]:
+        return list(self.groups.get(group, []))
+
+    def host_var(self, host: str, name: str, default: Any = None) -> Any:
+        """The value Ansible would see for a plain (untemplated) variable, children ignored."""
+        value = default
+        if name in self.group_vars.get("all", {}):
+            value = self.group_vars["all"][name]
+        for group in sorted(self.hosts[host].groups):
+            if name in self.group_vars.get(group, {}):
+                value = self.group_vars[group][name]
+        return self.hosts[host].vars.get(name, value)
+
+
+def _expand_ranges(pattern: str, where: str) -> list[str]:
+    match = _RANGE_RE.search(pattern)
+    if not match:
+        if "[" in pattern or "]" in pattern:
+            raise InventoryError(f"{where}: bad host range in {pattern!r}", "write ranges as node[01:08] or node[a:c]")
+        return [pattern]
+    start, end = match.group(1), match.group(2)
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    if start.isdigit() != end.isdigit():
+        raise InventoryError(f"{where}: bad host range in {pattern!r}", "both ends must be numbers or both letters")
+    if start.isdigit():
+        width = len(start) if start.startswith("0") else 0
+        values = [str(i).zfill(width) for i in range(int(start), int(end) + 1)]
+    else:
+        values = [chr(c) for c in range(ord(start), ord(end) + 1)]
+    if not values:
+        raise InventoryError(f"{where}: empty host range in {pattern!r}", "the first bound must not exceed the second")
+    return [name for v in values for name in _expand_ranges(head + v + tail, where)]
+
+
+def _literal(value: str) -> Any:
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+
+
+def _split_kv(text: str, where: str) -> dict[str, Any]:
+    try:
+        tokens = shlex.split(text, comments=False)
+    except ValueError as exc:
+        raise InventoryError(f"{where}: cannot split {text!r} ({exc})", "close the quotes") from None
+    out: dict[str, Any] = {}
+    for token in tokens:
+        if "=" not in token:
+            raise InventoryError(f"{where}: {token!r} is not key=value", "write host variables as name=value")
+        key, value = token.split("=", 1)
+        if not _VAR_RE.match(key):
+            raise InventoryError(f"{where}: {key!r} is not a valid variable name", "use letters, digits and _")
+        out[key] = _literal(value)
+    return out
+
+
+def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[str]], dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """Parse Ansible's INI inventory format. Returns hosts, groups, group vars, group children."""
+    hosts: dict[str, Host] = {}
+    groups: dict[str, list[str]] = {"ungrouped": []}
+    gvars: dict[str, dict[str, Any]] = {}
+    children: dict[str, list[str]] = {}
+    section, kind = "ungrouped", "hosts"
+    for number, raw in enumerate(text.splitlines(), start=1):
+        where = f"{source}:{number}"
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            if not line.endswith("]"):
+                raise InventoryError(f"{where}: unclosed section header {line!r}", "write it as [group], [group:vars] or [group:children]")
+            name, _, suffix = line[1:-1].strip().partition(":")
+            if suffix not in ("", "vars", "children"):
+                raise InventoryError(f"{where}: unknown section kind ':{suffix}' in {line!r}", "use [group], [group:vars] or [group:children]")
+            if not _GROUP_RE.match(name):
+                raise InventoryError(f"{where}: invalid group name {name!r}", "group names use letters, digits and _ (no dashes)")
+            section, kind = name, suffix or "hosts"
+            if kind == "hosts":
+                groups.setdefault(section, [])
+            elif kind == "vars":
+                gvars.setdefault(section, {})
+            else:
+                children.setdefault(section, [])
+            continue
+        if kind == "vars":
+            key, sep, value = line.partition("=")
+            key = key.strip()
+            if not sep or not _VAR_RE.match(key):
+                raise InventoryError(f"{where}: {line!r} in [{section}:vars] is not name=value", "write one variable per line as name=value")
+            gvars[section][key] = value.strip().strip("'\"") if value.strip()[:1] in "'\"" else value.strip()
+            continue
+        if kind == "children":
+            if not _GROUP_RE.match(line):
+                raise InventoryError(f"{where}: invalid child group {line!r}", "list one group name per line")
+            children[section].append(line)
+            continue
+        name_part, _, rest = line.partition(" ")
+        name_part = name_part.split("\t")[0]
+        rest = line[len(name_part) :].strip()
+        host_vars = _split_kv(rest, where) if rest else {}
+        if ":" in name_part and not name_part.startswith("["):
+            name_part, port = name_part.rsplit(":", 1)
+            if not port.isdigit():
+                raise InventoryError(f"{where}: bad port in {line.split()[0]!r}", "write host:port with a number, or ansible_port=N")
+            host_vars.setdefault("ansible_port", int(port))
+        for name in _expand_ranges(name_part, where):
+            if not _HOSTNAME_RE.match(name):
+                raise InventoryError(f"{where}: {name!r} is not a valid host name", "use letters, digits, dots and dashes (it goes into /etc/hosts)")
+            if name in groups[section]:
+                raise InventoryError(f"{where}: host {name!r} is listed twice in [{section}] (first at {hosts[name].line})", "remove one of the two lines")
+            host = hosts.setdefault(name, Host(name=name, line=where))
+            clash = {k: v for k, v in host_vars.items() if k in host.vars and host.vars[k] != v}
+            if clash:
+                key = next(iter(clash))
+                raise InventoryError(
+                    f"{where}: host {name!r} is defined again with {key}={clash[key]!r} (was {host.vars[key]!r} at {host.line})",
+                    "define each host's variables once",
+                )
+            host.vars.update(host_vars)
+            groups[section].append(name)
+    return hosts, groups, gvars, children
+
+
+def _load_yaml_vars(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise InventoryError(f"{path}{line}: invalid YAML ({getattr(exc, 'problem', exc)})", "fix the YAML syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InventoryError(f"{path}: must be a mapping of variable: value, not {type(data).__name__}", "write name: value lines")
+    return data
+
+
+def _vars_dir(base: Path, name: str) -> list[Path]:
+    """Files Ansible reads for group_vars/<name> or host_vars/<name>."""
+    files = [base / f"{name}{ext}" for ext in ("", ".yml", ".yaml", ".json") if (base / f"{name}{ext}").is_file()]
+    if (base / name).is_dir():
+        files += sorted(p for p in (base / name).rglob("*") if p.is_file() and p.suffix in (".yml", ".yaml", ".json", ""))
+    return files
+
+
+def role_specs(roles_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every public role variable from the roles' argument specs: name -> option spec."""
+    specs: dict[str, dict[str, Any]] = {}
+    for spec_file in sorted(roles_dir.glob("*/meta/argument_specs.yml")):
+        data = yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}
+        for entry in (data.get("argument_specs") or {}).values():
+            for name, option in (entry.get("options") or {}).items():
+                specs[name] = dict(option, role=spec_file.parent.parent.name)
+    return specs
+
+
+_TRUE = {"yes", "on", "1", "true", "y", "t"}
+_FALSE = {"no", "off", "0", "false", "n", "f"}
+
+
+def check_type(name: str, value: Any, spec: dict[str, Any]) -> str | None:
+    """Return why ``value`` does not fit ``spec`` (an argument_specs option), or None."""
+    if isinstance(value, str) and "{{" in value:
+        return None  # templated: Ansible resolves it later, role argument specs check it then
+    kind = spec.get("type", "str")
+    problem: str | None = None
+    if kind == "bool":
+        if not isinstance(value, bool) and str(value).lower() not in _TRUE | _FALSE:
+            problem = "must be true or false"
+    elif kind == "int":
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()))):
+            problem = "must be a whole number"
+        else:
+            number = int(value)
+            if "min" in spec and number < spec["min"] or "max" in spec and number > spec["max"]:
+                problem = f"must be between {spec.get('min')} and {spec.get('max')}"
+    elif kind in ("str", "path", "raw_str"):
+        if isinstance(value, (dict, list)):
+            problem = "must be a string"
+        elif kind == "path" and isinstance(value, str) and not value.startswith(("/", "~")):
+            problem = "must be an absolute path"
+    elif kind == "list":
+        if not isinstance(value, list):
+            problem = "must be a list"
+    elif kind == "dict":
+        if not isinstance(value, dict):
+            problem = "must be a mapping"
+    if problem is None and "choices" in spec and value not in spec["choices"]:
+        problem = "must be one of " + ", ".join(map(str, spec["choices"]))
+    return problem
+
+
+def all_specs(roles_dir: Path) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Every variable megaprov knows the type of, and the role-name prefixes."""
+    specs = dict(ANSIBLE_VARS)
+    specs.update(CLUSTER_VARS)
+    specs.update(role_specs(roles_dir))
+    prefixes = {d.name for d in roles_dir.iterdir() if d.is_dir()} if roles_dir.is_dir() else set()
+    return specs, prefixes
+
+
+def validate_vars(values: dict[str, Any], source: str, specs: dict[str, dict[str, Any]], role_prefixes: set[str]) -> None:
+    for name, value in values.items():
+        spec = specs.get(name)
+        if spec is None:
+            prefix = next((p for p in role_prefixes if name.startswith(p + "_")), None)
+            if name.startswith("megaprov_") or prefix:
+                close = difflib.get_close_matches(name, list(specs), n=1)
+                hint = f"did you mean {close[0]}?" if close else "see the role README for its variables"
+                raise InventoryError(f"{source}: unknown variable {name}", hint)
+            continue
+        problem = check_type(name, value, spec)
+        if problem:
+            raise InventoryError(
+                f"{source}: {name}={value!r} {problem}",
+                spec.get("description", f"see roles/{spec.get('role', '')}/README.md") if isinstance(spec.get("description"), str) else "see the role README",
+            )
+
+
+def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inventory:
+    """Parse and validate ``path``; raise :class:`InventoryError` on the first problem."""
+    path = Path(path)
+    if path.is_dir():
+        candidates = [path / "inventory.ini", path / "hosts.ini", path / "hosts"]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise InventoryError(f"{path}: no inventory.ini in this directory", "pass the path of the INI file")
+        path = found
+    if not path.is_file():
+        raise InventoryError(f"inventory {path} does not exist", "pass the path of an INI inventory (megaprov lab up writes one)")
+    if path.suffix in (".yml", ".yaml", ".json"):
+        raise InventoryError(f"{path}: YAML/JSON inventories are not supported yet", "write the inventory in INI format")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InventoryError(f"{path}: not a text file", "pass an INI inventory") from None
+    hosts, groups, gvars, children = parse_ini(text, str(path))
+
+    for parent, kids in children.items():
+        for kid in kids:
+            if kid not in groups and kid not in children:
+                raise InventoryError(f"{path}: [{parent}:children] names group {kid!r}, which is not defined", f"add a [{kid}] section or remove it")
+    for name in list(children):
+        groups.setdefault(name, [])
+
+    def members(group: str, seen: tuple[str, ...] = ()) -> list[str]:
+        if group in seen:
+            raise InventoryError(f"{path}: group {group!r} contains itself through [{group}:children]", "remove the cycle")
+        out = list(groups.get(group, []))
+        for kid in children.get(group, []):
+            out += [h for h in members(kid, (*seen, group)) if h not in out]
+        return out
+
+    resolved = {g: members(g) for g in groups}
+    for group, names in resolved.items():
+        for name in names:
+            hosts[name].groups.add(group)
+    for group in gvars:
+        if group != "all" and group not in resolved:
+            raise InventoryError(f"{path}: [{group}:vars] for a group that has no hosts section", f"add [{group}] or rename the section")
+
+    for group in REQUIRED_GROUPS:
+        if not resolved.get(group):
+            raise InventoryError(
+                f"{path}: group [{group}] is missing or empty",
+                "add [head] with the one controller host and [gpu_nodes] with the training nodes",
+            )
+    if len(resolved["head"]) != 1:
+        raise InventoryError(f"{path}: [head] has {len(resolved['head'])} hosts ({', '.join(resolved['head'])})", "put exactly one host in [head]")
+
+    specs, prefixes = all_specs(roles_dir)
+
+    all_vars: dict[str, dict[str, Any]] = {}
+    if defaults is not None and defaults.is_file():
+        default_data = _load_yaml_vars(defaults)
+        all_vars["all"] = dict((default_data.get("all") or {}).get("vars") or {})
+    for group, values in gvars.items():
+        validate_vars(values, f"{path} [{group}:vars]", specs, prefixes)
+        all_vars.setdefault(group, {}).update(values)
+    for kind, target in (("group_vars", "group"), ("host_vars", "host")):
+        base = path.parent / kind
+        if not base.is_dir():
+            continue
+        for entry in sorted(base.iterdir()):
+            name = entry.name.split(".")[0] if entry.is_file() else entry.name
+            if target == "group" and name not in resolved and name != "all":
+                raise InventoryError(f"{entry}: group_vars for unknown group {name!r}", f"rename it to one of: {', '.join(sorted(resolved))}")
+            if target == "host" and name not in hosts:
+                raise InventoryError(f"{entry}: host_vars for unknown host {name!r}", "rename it to a host of the inventory")
+            for file in _vars_dir(base, name):
+                values = _load_yaml_vars(file)
+                validate_vars(values, str(file), specs, prefixes)
+                if target == "group":
+                    all_vars.setdefault(name, {}).update(values)
+                else:
+                    hosts[name].vars.update(values)
+    for name, host in hosts.items():
+        validate_vars(host.vars, f"{path} ({host.line}, host {name})", specs, prefixes)
+
+    inventory = Inventory(path=path.resolve(), hosts=hosts, groups=resolved, group_vars=all_vars)
+    seen: dict[tuple[str, int], str] = {}
+    for name in hosts:
+        key = (inventory.host_var(name, "ansible_host", name), int(inventory.host_var(name, "ansible_port", 22)))
+        if key in seen:
+            raise InventoryError(
+                f"{path}: hosts {seen[key]!r} and {name!r} both point at {key[0]}:{key[1]}",
+                "give each host its own ansible_host (a duplicate would be provisioned twice)",
+            )
+        seen[key] = name
+    return inventory

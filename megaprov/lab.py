@@ -1,0 +1,266 @@
+"""The local lab: Debian 12 systemd containers (podman + runc) that act as cluster nodes.
+
+``up`` builds the node image once (debootstrap -> podman import -> podman build, cached by the
+hash of its build files), starts N nodes on their own network, pins their host keys and writes
+``inventories/lab/<name>/``. ``down`` removes exactly what ``up`` made, found by name and label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from megaprov.errors import EnvironmentProblem, UsageError
+from megaprov.paths import LAB_FILES
+
+Progress = Callable[[str], None]
+BASE_IMAGE = "localhost/megaprov-base:bookworm"
+NODE_IMAGE = "localhost/megaprov-node"
+LABEL = "io.megaprov.lab"
+DEBOOTSTRAP_PACKAGES = "python3,python3-venv,openssh-server,sudo,iproute2,procps,ca-certificates,locales"
+HOST_CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+MAX_NODES = 32
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str  # inventory and host name: node1 ...
+    container: str
+    address: str
+    state: str
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def validate_name(name: str) -> None:
+    if not name or not name.replace("-", "").isalnum() or not name[0].isalpha() or len(name) > 20 or name != name.lower():
+        raise UsageError(f"--name {name!r} is not a valid lab name", "use 1-20 lowercase letters, digits and dashes, starting with a letter")
+
+
+def container_name(lab: str, index: int) -> str:
+    return f"megaprov-{lab}-node{index}"
+
+
+def network_name(lab: str) -> str:
+    return f"megaprov-{lab}"
+
+
+def podman_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["CONTAINERS_CONF"] = str(LAB_FILES / "containers.conf")
+    return env
+
+
+def podman(*args: str, check: bool = True, input_bytes: bytes | None = None, timeout: float = 600) -> str:
+    if shutil.which("podman") is None:
+        raise EnvironmentProblem("podman is not installed", "run scripts/setup.sh (apt-get install podman runc netavark aardvark-dns)")
+    proc = subprocess.run(["podman", *args], capture_output=True, env=podman_env(), input=input_bytes, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise EnvironmentProblem(f"podman {args[0]} failed: {err[-1] if err else 'exit ' + str(proc.returncode)}", "see `podman info`; the lab needs podman with runc (scripts/setup.sh)")
+    return proc.stdout.decode(errors="replace")
+
+
+def image_tag() -> str:
+    digest = hashlib.sha256()
+    for name in ("Containerfile", "ssh-hostkeys.conf"):
+        digest.update((LAB_FILES / name).read_bytes())
+    return f"{NODE_IMAGE}:{digest.hexdigest()[:12]}"
+
+
+def _image_exists(ref: str) -> bool:
+    return subprocess.run(["podman", "image", "exists", ref], env=podman_env(), check=False).returncode == 0
+
+
+def ensure_image(progress: Progress = _quiet, mirror: str | None = None) -> str:
+    """Build the node image unless the cached one matches the build files. Returns its tag."""
+    tag = image_tag()
+    if _image_exists(tag):
+        progress(f"node image {tag} is cached")
+        return tag
+    if not _image_exists(BASE_IMAGE):
+        if shutil.which("debootstrap") is None:
+            raise EnvironmentProblem("debootstrap is not installed", "run scripts/setup.sh (apt-get install debootstrap)")
+        mirror = mirror or os.environ.get("MEGAPROV_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+        progress(f"debootstrap Debian 12 from {mirror} (1-2 minutes)")
+        with tempfile.TemporaryDirectory(prefix="megaprov-rootfs-") as tmp:
+            rootfs = Path(tmp) / "rootfs"
+            proc = subprocess.run(
+                ["debootstrap", "--variant=minbase", f"--include={DEBOOTSTRAP_PACKAGES}", "bookworm", str(rootfs), mirror],
+                capture_output=True, check=False,
+            )
+            if proc.returncode != 0:
+                tail = proc.stdout.decode(errors="replace").strip().splitlines()[-1:]
+                raise EnvironmentProblem(f"debootstrap failed: {' '.join(tail)}", "check that the Debian mirror is reachable (MEGAPROV_DEBIAN_MIRROR)")
+            progress("import the base image")
+            tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+            assert tar.stdout is not None
+            imp = subprocess.run(["podman", "import", "-", BASE_IMAGE], stdin=tar.stdout, capture_output=True, env=podman_env(), check=False)
+            tar.wait()
+            if imp.returncode != 0:
+                raise EnvironmentProblem("podman import of the base image failed: " + imp.stderr.decode(errors="replace").strip()[-200:], "see `podman info`")
+    progress(f"build node image {tag}")
+    podman("build", "-q", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}", "-t", tag, "-f", str(LAB_FILES / "Containerfile"), str(LAB_FILES))
+    return tag
+
+
+def nodes(lab: str | None = None) -> list[Node]:
+    """Lab containers (of one lab, or all), in node order."""
+    label = f"{LABEL}={lab}" if lab else LABEL
+    out = podman("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}")
+    found: list[Node] = []
+    for cname in sorted(n for n in out.split() if n):
+        info = podman("inspect", "--format", "{{.State.Status}}|{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}|{{.Config.Hostname}}", cname).strip()
+        state, address, hostname = (info.split("|") + ["", "", ""])[:3]
+        found.append(Node(hostname, cname, address, state))
+    return sorted(found, key=lambda n: (n.container.rsplit("node", 1)[0], int(n.container.rsplit("node", 1)[1] or 0)))
+
+
+def labs() -> dict[str, list[Node]]:
+    out = podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Labels}}|{{.Names}}")
+    names = set()
+    for line in out.splitlines():
+        for part in line.split("|")[0].strip("map[]").split():
+            if part.startswith(LABEL + ":"):
+                names.add(part.split(":", 1)[1])
+    return {name: nodes(name) for name in sorted(names)}
+
+
+def _wait_booted(cname: str, deadline: float) -> None:
+    while True:
+        proc = subprocess.run(["podman", "exec", cname, "systemctl", "is-system-running"], capture_output=True, env=podman_env(), check=False)
+        state = proc.stdout.decode().strip()
+        if state in ("running", "degraded"):
+            return
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem(f"lab node {cname} did not finish booting (systemd says {state or 'nothing'})", f"inspect it with `podman logs {cname}`")
+        time.sleep(0.5)
+
+
+def _wait_ssh(address: str, key: Path, known_hosts: Path, deadline: float) -> None:
+    while True:
+        try:
+            with socket.create_connection((address, 22), timeout=2):
+                pass
+            proc = subprocess.run(
+                ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",
+                 "-o", "ConnectTimeout=5", f"root@{address}", "true"],
+                capture_output=True, check=False, timeout=20,
+            )
+            if proc.returncode == 0:
+                return
+            reason = proc.stderr.decode(errors="replace").strip()
+        except OSError as exc:
+            reason = str(exc)
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem(f"lab node {address} is not reachable over SSH ({reason})", "run `megaprov lab down` and `megaprov lab up` again")
+        time.sleep(0.5)
+
+
+def lab_dir(root: Path, lab: str) -> Path:
+    return root / "inventories" / "lab" / lab
+
+
+def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path) -> tuple[str, str]:
+    """The lab's inventory.ini and group_vars/all.yml. Pure."""
+    lines = [f"# megaprov lab '{lab}': written by `megaprov lab up`, removed by `megaprov lab down`.", "[head]", members[0].name, "", "[gpu_nodes]"]
+    lines += [f"{n.name} ansible_host={n.address}" for n in members]
+    inventory = "\n".join(lines) + "\n"
+    group_vars = (
+        "---\n"
+        f"# Lab nodes are GPU-less containers of lab '{lab}'.\n"
+        "ansible_user: root\n"
+        f"ansible_ssh_private_key_file: {key}\n"
+        f"ansible_ssh_common_args: -o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes\n"
+        "megaprov_lab: true\n"
+        "megaprov_gpu_expected: false\n"
+        "# Containers share the host's clock and cannot steer it; /proc/sys is read-only in them.\n"
+        "common_chrony_steer_clock: false\n"
+        "common_sysctl_apply: false\n"
+    )
+    return inventory, group_vars
+
+
+def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeout: float = 120) -> Path:
+    """Start the lab (or reuse it when it already runs with ``count`` nodes); return the inventory path."""
+    validate_name(lab)
+    if not 1 <= count <= MAX_NODES:
+        raise UsageError(f"--nodes {count} is out of range", f"use 1 to {MAX_NODES}")
+    existing = nodes(lab)
+    if existing and (len(existing) != count or any(n.state != "running" for n in existing)):
+        raise UsageError(f"lab {lab!r} already exists with {len(existing)} node(s)", f"run `megaprov lab down --name {lab}` first")
+    directory = lab_dir(root, lab)
+    key = directory / "id_ed25519"
+    known_hosts = directory / "known_hosts"
+    tag = ensure_image(progress)
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"megaprov-lab-{lab}", "-f", str(key)], check=True)
+    if not existing:
+        progress(f"create network {network_name(lab)}")
+        if subprocess.run(["podman", "network", "exists", network_name(lab)], env=podman_env(), check=False).returncode != 0:
+            podman("network", "create", "--label", f"{LABEL}={lab}", network_name(lab))
+        ca = next((c for c in HOST_CA_CANDIDATES if Path(c).is_file()), None)
+        for index in range(1, count + 1):
+            cname = container_name(lab, index)
+            progress(f"start {cname} ({index}/{count})")
+            args = ["create", "--name", cname, "--hostname", f"node{index}", "--label", f"{LABEL}={lab}",
+                    "--network", network_name(lab), "--network-alias", f"node{index}", "--no-hosts", "--systemd", "always"]
+            if ca:
+                args += ["-v", f"{ca}:/etc/host-ca.crt:ro"]
+            podman(*args, tag)
+            podman("cp", str(key.with_suffix(".pub")), f"{cname}:/root/.ssh/authorized_keys")
+            podman("start", cname)
+    deadline = time.monotonic() + boot_timeout
+    members = nodes(lab)
+    pins = []
+    for index, node in enumerate(members, start=1):
+        progress(f"wait for {node.name} to boot ({index}/{count})")
+        _wait_booted(node.container, deadline)
+        host_key = ""
+        while not host_key:
+            host_key = podman("exec", node.container, "sh", "-c", "cat /etc/ssh/ssh_host_ed25519_key.pub 2>/dev/null || true").strip()
+            if not host_key:
+                if time.monotonic() > deadline:
+                    raise EnvironmentProblem(f"lab node {node.name} has no SSH host key", f"inspect it with `podman logs {node.container}`")
+                time.sleep(0.3)
+        pins.append(f"{node.address},{node.name} {' '.join(host_key.split()[:2])}")
+    known_hosts.write_text("\n".join(pins) + "\n")
+    for index, node in enumerate(members, start=1):
+        progress(f"wait for SSH on {node.name} ({index}/{count})")
+        _wait_ssh(node.address, key, known_hosts, deadline)
+    inventory, group_vars = render_inventory(lab, members, key, known_hosts)
+    (directory / "group_vars").mkdir(exist_ok=True)
+    (directory / "group_vars" / "all.yml").write_text(group_vars)
+    path = directory / "inventory.ini"
+    path.write_text(inventory)
+    return path
+
+
+def down(root: Path, lab: str, progress: Progress = _quiet) -> list[str]:
+    """Remove the lab's containers, network and inventory directory. Returns what was removed."""
+    validate_name(lab)
+    removed: list[str] = []
+    for node in nodes(lab):
+        progress(f"remove {node.container}")
+        podman("rm", "-f", "-t", "3", node.container)
+        removed.append(node.container)
+    if subprocess.run(["podman", "network", "exists", network_name(lab)], env=podman_env(), check=False).returncode == 0:
+        podman("network", "rm", network_name(lab))
+        removed.append(network_name(lab))
+    directory = lab_dir(root, lab)
+    if directory.exists():
+        shutil.rmtree(directory)
+        removed.append(str(directory))
+    return removed

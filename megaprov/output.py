@@ -1,0 +1,115 @@
+"""Rendering: live progress of Ansible runs, result tables, and the JSON envelope.
+
+Human output goes to a TTY with rich (NO_COLOR respected); ``--output json`` prints one
+versioned JSON document on stdout and keeps progress off it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+JSON_SCHEMA_VERSION = 1
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in asdict(value).items()}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def envelope(command: str, ok: bool, result: Any, error: str | None = None) -> str:
+    doc: dict[str, Any] = {"megaprov": JSON_SCHEMA_VERSION, "command": command, "ok": ok, "result": _plain(result)}
+    if error is not None:
+        doc["error"] = error
+    return json.dumps(doc, indent=2, sort_keys=False)
+
+
+class RunProgress:
+    """Turns ansible-runner events into a live line: stage, task, hosts done/failed."""
+
+    def __init__(self, total_hosts: int, quiet: bool = False) -> None:
+        self.err = console(stderr=True)
+        self.total_hosts = total_hosts
+        self.quiet = quiet
+        self.live = self.err.is_terminal and not quiet
+        self.play = ""
+        self.task = ""
+        self.done: set[str] = set()
+        self.failed: set[str] = set()
+        self.status: Any = None
+        if self.live:
+            self.status = self.err.status("starting ansible-playbook")
+            self.status.start()
+
+    def _line(self) -> str:
+        failed = f", {len(self.failed)} failed" if self.failed else ""
+        return f"[{self.play}] {self.task}: {len(self.done)}/{max(self.total_hosts, len(self.done))} hosts{failed}"
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.play = data.get("play", "")
+            if not self.quiet:
+                self.err.print(f"stage: {self.play}")
+        elif kind == "playbook_on_task_start":
+            self.task = data.get("task", "")
+            self.done.clear()
+        elif kind in ("runner_on_ok", "runner_on_skipped", "runner_on_failed", "runner_on_unreachable"):
+            host = data.get("host", "?")
+            self.done.add(host)
+            if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+                self.failed.add(host)
+                if not self.quiet:
+                    res = data.get("res") or {}
+                    msg = str(res.get("msg", "")).strip().splitlines()
+                    self.err.print(f"  FAILED {host}: {self.task}: {msg[0] if msg else kind}", markup=False)
+        if self.status is not None and self.task:
+            self.status.update(self._line())
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+def host_table(hosts: list[Any], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("host", "ok", "changed", "failed", "unreachable", "skipped", "time"):
+        table.add_column(column, justify="left" if column == "host" else "right")
+    for h in hosts:
+        table.add_row(h.host, str(h.ok), str(h.changed), str(h.failed), str(h.unreachable), str(h.skipped), f"{h.seconds:.1f}s")
+    return table
+
+
+def verdict_table(rows: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("host", "check", "value", "verdict", "reason"):
+        table.add_column(column)
+    styles = {"pass": "green", "warn": "yellow", "fail": "bold red"}
+    for row in rows:
+        table.add_row(row["host"], row["check"], str(row.get("value", "")), f"[{styles.get(row['status'], '')}]{row['status']}[/]", row.get("reason", ""))
+    return table
+
+
+def print_json(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()

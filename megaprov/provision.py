@@ -1,0 +1,179 @@
+"""Bootstrap and preflight: validate everything locally, run the playbook, judge the result."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from megaprov import inventory as inv
+from megaprov import runner
+from megaprov.errors import ExitCode, UsageError
+from megaprov.output import RunProgress, console, host_table, verdict_table
+from megaprov.paths import fact_cache_dir, project_root, state_dir
+from megaprov.stages import KNOWN_TAGS
+
+FACTS_ACTION = "megaprov_node_facts"
+
+
+@dataclass(frozen=True)
+class Request:
+    inventory: Path
+    limit: str | None = None
+    tags: tuple[str, ...] = ()
+    skip_tags: tuple[str, ...] = ()
+    check: bool = False
+    diff: bool = False
+    forks: int | None = None
+    extravars: dict[str, Any] = field(default_factory=dict)
+    strategy: str = "linear"
+    verbosity: int = 0
+    quiet: bool = False
+
+
+@dataclass
+class Report:
+    inventory: str
+    playbook: str
+    ok: bool
+    changed: int
+    seconds: float
+    artifacts: str
+    hosts: list[runner.HostStats]
+    failures: list[runner.Failure]
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    nodes: dict[str, Any] = field(default_factory=dict)
+    exit_code: ExitCode = ExitCode.OK
+    error: str | None = None
+
+
+def check_limit(limit: str, inventory: inv.Inventory) -> None:
+    """Reject a --limit that names no known host or group (wildcards and regexes pass through)."""
+    for part in re.split(r"[,:]", limit):
+        name = part.lstrip("!&")
+        if not name or any(c in name for c in "*?[~"):
+            continue
+        if name not in inventory.hosts and name not in inventory.groups and name != "all":
+            raise UsageError(f"--limit {limit}: {name!r} is neither a host nor a group of {inventory.path.name}",
+                             "use host or group names from the inventory")
+
+
+def check_tags(flag: str, tags: tuple[str, ...]) -> None:
+    for tag in tags:
+        if tag not in KNOWN_TAGS:
+            raise UsageError(f"{flag} {tag!r} is not a stage or role", "use one of: " + ", ".join(sorted(KNOWN_TAGS - {"all", "never", "always"})))
+
+
+def prepare(request: Request, playbook: str, label: str) -> tuple[runner.RunSpec, inv.Inventory]:
+    """Everything that can be checked without a host; raises before anything is contacted."""
+    root = project_root()
+    inventory = inv.load(request.inventory, root / "roles", defaults=root / "inventories" / "defaults.yml")
+    specs, prefixes = inv.all_specs(root / "roles")
+    inv.validate_vars(request.extravars, "-e", specs, prefixes)
+    check_tags("--tags", request.tags)
+    check_tags("--skip-tags", request.skip_tags)
+    if request.limit:
+        check_limit(request.limit, inventory)
+    spec = runner.RunSpec(
+        playbook=root / "playbooks" / playbook,
+        inventories=(root / "inventories" / "defaults.yml", inventory.path),
+        private_data_dir=runner.new_private_dir(state_dir(), label),
+        project_root=root,
+        fact_cache_dir=fact_cache_dir(inventory.path),
+        limit=request.limit,
+        tags=request.tags,
+        skip_tags=request.skip_tags,
+        check=request.check,
+        diff=request.diff,
+        forks=request.forks,
+        extravars=request.extravars,
+        strategy=request.strategy,
+        verbosity=request.verbosity,
+    )
+    return spec, inventory
+
+
+def _judge(result: runner.RunResult) -> tuple[ExitCode, str | None]:
+    if result.ok:
+        return ExitCode.OK, None
+    if not result.failures:
+        return ExitCode.RUN_FAILED, f"ansible-playbook ended with status {result.status} (rc {result.rc}); see {result.artifacts}/stdout"
+    first = result.failures[0]
+    more = f" (and {len(result.failures) - 1} more failure(s))" if len(result.failures) > 1 else ""
+    if any(f.unreachable for f in result.failures):
+        down = sorted({f.host for f in result.failures if f.unreachable})
+        return ExitCode.UNREACHABLE, f"host(s) {', '.join(down)} unreachable: {first.message}{more}; check the address, SSH key and that sshd runs"
+    return ExitCode.RUN_FAILED, f"{first.host}: task '{first.task}' failed: {first.message}{more}"
+
+
+def _execute(request: Request, spec: runner.RunSpec, inventory: inv.Inventory, collect: tuple[str, ...] = ()) -> runner.RunResult:
+    progress = RunProgress(total_hosts=len(inventory.hosts), quiet=request.quiet)
+    try:
+        return runner.run(spec, progress, collect)
+    finally:
+        progress.stop()
+
+
+def bootstrap(request: Request) -> Report:
+    spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
+    result = _execute(request, spec, inventory, (FACTS_ACTION,))
+    code, error = _judge(result)
+    checks, nodes = _preflight_rows(result)
+    return Report(str(inventory.path), "bootstrap.yml", code == ExitCode.OK, result.changed, result.seconds, str(result.artifacts),
+                  result.hosts, result.failures, checks, nodes, code, error)
+
+
+def _preflight_rows(result: runner.RunResult) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    nodes: dict[str, Any] = {}
+    for item in result.results:
+        if item.action != FACTS_ACTION:
+            continue
+        nodes[item.host] = item.res.get("node", {})
+        for check in item.res.get("checks", []):
+            rows.append({"host": item.host, **check})
+    rows.sort(key=lambda r: r["host"])
+    return rows, nodes
+
+
+def preflight(request: Request) -> Report:
+    spec, inventory = prepare(request, "preflight.yml", "preflight")
+    # megaprov judges the verdict itself and prints the whole table, so the play must not stop at the first failure.
+    spec = runner.RunSpec(**{**spec.__dict__, "extravars": {**spec.extravars, "preflight_enforce": False}})
+    result = _execute(request, spec, inventory, (FACTS_ACTION,))
+    code, error = _judge(result)
+    rows, nodes = _preflight_rows(result)
+    if code == ExitCode.OK:
+        failed = [r for r in rows if r["status"] == "fail"]
+        if failed:
+            code = ExitCode.VERDICT_FAILED
+            error = "; ".join(f"{r['host']}: {r['check']}: {r['reason']}" for r in failed[:5])
+    return Report(str(inventory.path), "preflight.yml", code == ExitCode.OK, result.changed, result.seconds, str(result.artifacts),
+                  result.hosts, result.failures, rows, nodes, code, error)
+
+
+def _render_failures(report: Report) -> None:
+    err = console(stderr=True)
+    for failure in report.failures:
+        kind = "unreachable" if failure.unreachable else "failed"
+        err.print(f"{failure.host}: {kind} in [{failure.play}] '{failure.task}': {failure.message}", markup=False)
+
+
+def render_bootstrap(report: Report) -> None:
+    out = console()
+    out.print(host_table(report.hosts, f"bootstrap: {report.inventory}"))
+    if report.checks:
+        out.print(verdict_table([r for r in report.checks if r["status"] != "pass"], "preflight warnings and failures") if any(r["status"] != "pass" for r in report.checks) else "preflight: every check passed")
+    _render_failures(report)
+    verdict = "ok" if report.ok else "FAILED"
+    out.print(f"bootstrap {verdict}: {report.changed} change(s) in {report.seconds:.1f}s; artifacts: {report.artifacts}", markup=False)
+
+
+def render_preflight(report: Report) -> None:
+    out = console()
+    if report.checks:
+        out.print(verdict_table(report.checks, f"preflight: {report.inventory}"))
+    _render_failures(report)
+    counts = {s: sum(1 for r in report.checks if r["status"] == s) for s in ("pass", "warn", "fail")}
+    out.print(f"preflight: {counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail on {len(report.nodes)} node(s); artifacts: {report.artifacts}", markup=False)

@@ -1,0 +1,259 @@
+"""The only module that imports ansible_runner.
+
+``build_run_kwargs`` turns a :class:`RunSpec` into the exact keyword arguments of
+``ansible_runner.run`` (a pure function the unit tests assert); ``run`` executes it, feeds
+every event to a callback and folds the events into a :class:`RunResult`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from megaprov.errors import EnvironmentProblem
+
+STRATEGIES = ("linear", "free", "mitogen")
+KEEP_RUNS = 30
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    playbook: Path
+    inventories: tuple[Path, ...]
+    private_data_dir: Path
+    project_root: Path
+    fact_cache_dir: Path
+    limit: str | None = None
+    tags: tuple[str, ...] = ()
+    skip_tags: tuple[str, ...] = ()
+    check: bool = False
+    diff: bool = False
+    forks: int | None = None
+    extravars: dict[str, Any] = field(default_factory=dict)
+    strategy: str = "linear"
+    verbosity: int = 0
+
+
+@dataclass
+class HostStats:
+    host: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Failure:
+    host: str
+    task: str
+    play: str
+    message: str
+    unreachable: bool
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    host: str
+    task: str
+    action: str
+    res: dict[str, Any]
+
+
+@dataclass
+class RunResult:
+    status: str
+    rc: int
+    hosts: list[HostStats]
+    failures: list[Failure]
+    results: list[TaskResult]
+    artifacts: Path
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.failures
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts)
+
+
+def mitogen_strategy_dir() -> Path:
+    spec = importlib.util.find_spec("ansible_mitogen")
+    if spec is None or not spec.submodule_search_locations:
+        raise EnvironmentProblem("--strategy mitogen needs the mitogen package", "pip install 'mitogen>=0.3.54,<0.4'")
+    return Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy"
+
+
+def search_path() -> str:
+    """PATH with the bin directory of megaprov's own environment first (the venv need not be activated)."""
+    here = Path(sys.executable).parent
+    if not (here / "ansible-playbook").exists() and shutil.which("ansible-playbook") is None:
+        raise EnvironmentProblem("ansible-playbook is not installed", "pip install megaprov (it depends on ansible-core)")
+    return os.pathsep.join([str(here), os.environ.get("PATH", "/usr/bin:/bin")])
+
+
+def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for ``ansible_runner.run``. Pure: no I/O."""
+    cmdline: list[str] = []
+    if spec.check:
+        cmdline.append("--check")
+    if spec.diff:
+        cmdline.append("--diff")
+    envvars = {
+        "ANSIBLE_CONFIG": str(spec.project_root / "ansible.cfg"),
+        # ansible-runner turns host key checking off unless told otherwise: keys stay pinned.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(spec.fact_cache_dir),
+        "ANSIBLE_FORCE_COLOR": "False",
+        "PYTHONUNBUFFERED": "1",
+    }
+    if spec.strategy == "mitogen":
+        envvars["ANSIBLE_STRATEGY_PLUGINS"] = str(strategy_dir)
+        envvars["ANSIBLE_STRATEGY"] = "mitogen_linear"
+    elif spec.strategy != "linear":
+        envvars["ANSIBLE_STRATEGY"] = spec.strategy
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(spec.private_data_dir),
+        "project_dir": str(spec.project_root),
+        "playbook": str(spec.playbook),
+        "inventory": [str(p) for p in spec.inventories],
+        "envvars": envvars,
+        "extravars": dict(spec.extravars),
+        # Fresh private_data_dir per run, and no env/ files: stale extravars can never leak in.
+        "suppress_env_files": True,
+        # The fact cache is ours (shared across runs), not one per artifact directory.
+        "fact_cache_type": "none",
+        "quiet": True,
+        "json_mode": False,
+        "timeout": None,
+    }
+    if path:
+        envvars["PATH"] = path
+    if cmdline:
+        kwargs["cmdline"] = shlex.join(cmdline)
+    if spec.tags:
+        kwargs["tags"] = ",".join(spec.tags)
+    if spec.skip_tags:
+        kwargs["skip_tags"] = ",".join(spec.skip_tags)
+    if spec.limit:
+        kwargs["limit"] = spec.limit
+    if spec.forks:
+        kwargs["forks"] = spec.forks
+    if spec.verbosity:
+        kwargs["verbosity"] = spec.verbosity
+    return kwargs
+
+
+def _seconds(start: str | None, end: str | None) -> tuple[float, float] | None:
+    if not start or not end:
+        return None
+    try:
+        return datetime.fromisoformat(start).timestamp(), datetime.fromisoformat(end).timestamp()
+    except ValueError:
+        return None
+
+
+def _message(res: dict[str, Any]) -> str:
+    for key in ("msg", "stderr", "reason", "module_stderr", "stdout"):
+        value = res.get(key)
+        if value:
+            text = str(value).strip()
+            return text.splitlines()[-1] if key in ("module_stderr", "stderr") else " ".join(text.split())
+    return "failed (no message)"
+
+
+class EventFolder:
+    """Folds ansible-runner events into host stats, failures and collected task results."""
+
+    def __init__(self, collect: Iterable[str] = ()) -> None:
+        self.collect = set(collect)
+        self.stats: dict[str, HostStats] = {}
+        self.spans: dict[str, list[float]] = {}
+        self.failures: list[Failure] = []
+        self.results: list[TaskResult] = []
+        self.play = ""
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.play = data.get("play", "")
+        host = data.get("host")
+        if host and kind.startswith("runner_on_") and kind not in ("runner_on_start",):
+            span = _seconds(data.get("start"), data.get("end"))
+            if span:
+                lo_hi = self.spans.setdefault(host, [span[0], span[1]])
+                lo_hi[0], lo_hi[1] = min(lo_hi[0], span[0]), max(lo_hi[1], span[1])
+        res = data.get("res") or {}
+        if kind == "runner_on_failed" and not data.get("ignore_errors"):
+            self.failures.append(Failure(host or "?", data.get("task", ""), self.play, _message(res), False))
+        elif kind == "runner_on_unreachable":
+            self.failures.append(Failure(host or "?", data.get("task", ""), self.play, _message(res), True))
+        elif kind == "runner_on_ok" and data.get("task_action") in self.collect:
+            self.results.append(TaskResult(host or "?", data.get("task", ""), data.get("task_action", ""), res))
+        elif kind == "playbook_on_stats":
+            for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"), ("dark", "unreachable"),
+                              ("skipped", "skipped"), ("rescued", "rescued"), ("ignored", "ignored")):
+                for name, count in (data.get(key) or {}).items():
+                    setattr(self.stats.setdefault(name, HostStats(name)), attr, int(count))
+
+    def host_stats(self) -> list[HostStats]:
+        for name, (lo, hi) in self.spans.items():
+            self.stats.setdefault(name, HostStats(name)).seconds = round(hi - lo, 2)
+        return [self.stats[name] for name in sorted(self.stats)]
+
+
+def new_private_dir(state: Path, label: str) -> Path:
+    runs = state / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    path = runs / f"{stamp}-{label}"
+    path.mkdir(mode=0o700)
+    old = sorted(p for p in runs.iterdir() if p.is_dir())
+    for stale in old[:-KEEP_RUNS]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return path
+
+
+def run(spec: RunSpec, on_event: Callable[[dict[str, Any]], None] | None = None, collect: Iterable[str] = ()) -> RunResult:
+    """Run a playbook through ansible-runner and return what happened."""
+    import ansible_runner  # imported here so that `megaprov --help` stays fast
+
+    strategy_dir = mitogen_strategy_dir() if spec.strategy == "mitogen" else None
+    spec.fact_cache_dir.mkdir(parents=True, exist_ok=True)
+    folder = EventFolder(collect)
+
+    def handler(event: dict[str, Any]) -> bool:
+        folder(event)
+        if on_event is not None:
+            on_event(event)
+        return True
+
+    started = time.monotonic()
+    result = ansible_runner.run(event_handler=handler, **build_run_kwargs(spec, strategy_dir, search_path()))
+    artifacts = Path(result.config.artifact_dir)
+    return RunResult(
+        status=str(result.status),
+        rc=int(result.rc if result.rc is not None else 1),
+        hosts=folder.host_stats(),
+        failures=folder.failures,
+        results=folder.results,
+        artifacts=artifacts,
+        seconds=round(time.monotonic() - started, 2),
+    )

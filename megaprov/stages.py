@@ -1,0 +1,12 @@
+"""The bootstrap stages: playbook, tag and what each does (kept in sync with playbooks/ by a test)."""
+
+from __future__ import annotations
+
+STAGES: tuple[tuple[str, str], ...] = (
+    ("validate", "inventory and variables, on the controller"),
+    ("preflight", "facts per node and a verdict against the requirements"),
+    ("base", "packages, time sync, /etc/hosts, limits, sysctl"),
+    ("ssh_mesh", "cluster user, cluster key, pinned known_hosts, all-pairs SSH check"),
+)
+ROLE_TAGS: tuple[str, ...] = ("preflight", "common", "ssh_mesh")
+KNOWN_TAGS: frozenset[str] = frozenset({name for name, _ in STAGES} | set(ROLE_TAGS) | {"always", "never", "all"})

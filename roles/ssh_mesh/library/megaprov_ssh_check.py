@@ -1,0 +1,68 @@
+#!/usr/bin/python
+# Copyright: megaprov contributors. Apache-2.0.
+"""Check that this node reaches each peer over SSH by name, without any prompt."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: megaprov_ssh_check
+short_description: SSH from this node to each peer, non-interactively, with strict host key checking
+description:
+  - Runs C(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes PEER hostname) to every peer in parallel as the
+    calling user and compares the answer with the peer's expected hostname. Read-only.
+options:
+  source: {description: Inventory name of this node (for the report)., type: str, required: true}
+  peers: {description: Peer name to the hostname it must answer with., type: dict, required: true}
+  timeout: {description: Seconds each connection may take., type: int, default: 10}
+"""
+
+RETURN = r"""
+pairs: {description: "One {source, peer, ok, seconds, line} per peer.", type: list, returned: always}
+"""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def ssh_argv(peer, timeout):
+    return ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=%d" % timeout,
+            "-o", "LogLevel=ERROR", peer, "hostname"]
+
+
+def classify(source, peer, expected, rc, out, err, seconds):
+    """Pure: the report row of one pair."""
+    answer = out.strip()
+    if rc == 0 and (not expected or answer == expected):
+        return {"source": source, "peer": peer, "ok": True, "seconds": seconds, "line": "%s -> %s: ok (%.2fs)" % (source, peer, seconds)}
+    if rc == 0:
+        reason = "answered as %r, expected %r" % (answer, expected)
+    else:
+        lines = [l for l in err.strip().splitlines() if l.strip()]
+        reason = lines[-1] if lines else "ssh exited %d" % rc
+    return {"source": source, "peer": peer, "ok": False, "seconds": seconds, "line": "%s -> %s: %s" % (source, peer, reason)}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={"source": {"type": "str", "required": True}, "peers": {"type": "dict", "required": True},
+                       "timeout": {"type": "int", "default": 10}},
+        supports_check_mode=True,
+    )
+    source, timeout = module.params["source"], module.params["timeout"]
+
+    def probe(item):
+        peer, expected = item
+        start = time.monotonic()
+        rc, out, err = module.run_command(ssh_argv(peer, timeout))
+        return classify(source, peer, expected, rc, out, err, round(time.monotonic() - start, 2))
+
+    peers = sorted(module.params["peers"].items())
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
+        pairs = list(pool.map(probe, peers))
+    module.exit_json(changed=False, pairs=pairs)
+
+
+if __name__ == "__main__":
+    main()
