@@ -31,6 +31,9 @@ class MegaprovError(Exception):
         self.message = message
         self.hint = hint
 
+    def __str__(self) -> str:
+        return self.one_line()
+
     def one_line(self) -> str:
         return f"{self.message}: {self.hint}" if self.hint else self.message
 

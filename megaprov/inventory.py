@@ -175,7 +175,7 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
         name_part = name_part.split("\t")[0]
         rest = line[len(name_part) :].strip()
         host_vars = _split_kv(rest, where) if rest else {}
-        if ":" in name_part and not name_part.startswith("["):
+        if ":" in name_part.rpartition("]")[2]:
             name_part, port = name_part.rsplit(":", 1)
             if not port.isdigit():
                 raise InventoryError(f"{where}: bad port in {line.split()[0]!r}", "write host:port with a number, or ansible_port=N")

@@ -87,6 +87,7 @@ def ensure_image(progress: Progress = _quiet, mirror: str | None = None) -> str:
     tag = image_tag()
     if _image_exists(tag):
         progress(f"node image {tag} is cached")
+        podman("tag", tag, f"{NODE_IMAGE}:latest")
         return tag
     if not _image_exists(BASE_IMAGE):
         if shutil.which("debootstrap") is None:
@@ -110,7 +111,8 @@ def ensure_image(progress: Progress = _quiet, mirror: str | None = None) -> str:
             if imp.returncode != 0:
                 raise EnvironmentProblem("podman import of the base image failed: " + imp.stderr.decode(errors="replace").strip()[-200:], "see `podman info`")
     progress(f"build node image {tag}")
-    podman("build", "-q", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}", "-t", tag, "-f", str(LAB_FILES / "Containerfile"), str(LAB_FILES))
+    podman("build", "-q", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}", "-t", tag, "-t", f"{NODE_IMAGE}:latest",
+           "-f", str(LAB_FILES / "Containerfile"), str(LAB_FILES))
     return tag
 
 

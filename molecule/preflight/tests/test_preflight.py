@@ -1,0 +1,46 @@
+"""The stored facts describe the node as the node itself reports it."""
+
+import json
+import os
+
+import pytest
+import testinfra
+
+
+@pytest.fixture(scope="module")
+def host():
+    os.environ.setdefault("CONTAINERS_CONF", os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "megaprov", "lab_files", "containers.conf"))
+    return testinfra.get_host("podman://pre1")
+
+
+@pytest.fixture(scope="module")
+def facts(host):
+    fact = host.file("/etc/ansible/facts.d/megaprov_preflight.fact")
+    assert fact.mode == 0o644 and fact.user == "root"
+    return json.loads(fact.content_string)
+
+
+def test_os_and_kernel_match_the_node(host, facts):
+    assert facts["os"]["id"] == "debian"
+    assert facts["os"]["version"] == "12"
+    assert facts["kernel"] == host.check_output("uname -r")
+
+
+def test_cpus_and_memory_match_the_node(host, facts):
+    assert facts["cpus"] == int(host.check_output("nproc"))
+    mem_kib = int(host.check_output("awk '/MemTotal/ {print $2}' /proc/meminfo"))
+    assert facts["memory_mb"] == mem_kib // 1024
+
+
+def test_no_gpu_and_no_hca_in_a_container(host, facts):
+    assert facts["gpus"] == []
+    assert facts["hcas"] == [] and not host.file("/sys/class/infiniband").exists
+
+
+def test_measurements_are_not_stored(facts):
+    # Free space and write speed change every run; storing them would break idempotence.
+    assert set(facts["disk"]) == {"path", "total_gb"}
+
+
+def test_the_write_test_leaves_nothing_behind(host):
+    assert host.run("ls -a /var/tmp | grep -c megaprov-preflight").stdout.strip() == "0"

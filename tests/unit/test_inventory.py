@@ -1,0 +1,128 @@
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from megaprov import inventory as inv
+from megaprov.errors import InventoryError
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = ROOT / "roles"
+DEFAULTS = ROOT / "inventories" / "defaults.yml"
+
+
+def write(tmp_path, text, group_vars=None):
+    path = tmp_path / "inventory.ini"
+    path.write_text(textwrap.dedent(text))
+    for name, body in (group_vars or {}).items():
+        (tmp_path / "group_vars").mkdir(exist_ok=True)
+        (tmp_path / "group_vars" / name).write_text(textwrap.dedent(body))
+    return path
+
+
+def load(path):
+    return inv.load(path, ROLES, DEFAULTS)
+
+
+GOOD = """
+    [head]
+    head1 ansible_host=10.0.0.1
+
+    [gpu_nodes]
+    gpu[01:03] ansible_user=ubuntu
+
+    [gpu_nodes:vars]
+    megaprov_gpus_per_node=8
+"""
+
+
+def test_a_valid_inventory_expands_ranges_and_merges_vars(tmp_path):
+    inventory = load(write(tmp_path, GOOD, {"all.yml": "megaprov_cluster_user: trainer\n"}))
+    assert inventory.hosts_of("gpu_nodes") == ["gpu01", "gpu02", "gpu03"]
+    assert inventory.head == "head1"
+    assert inventory.host_var("gpu02", "megaprov_gpus_per_node") == "8"
+    assert inventory.host_var("gpu02", "megaprov_cluster_user") == "trainer"
+    assert inventory.host_var("head1", "megaprov_shared_dir") == "/shared"  # from inventories/defaults.yml
+    assert inventory.hosts["gpu03"].vars["ansible_user"] == "ubuntu"
+
+
+def test_children_groups_resolve(tmp_path):
+    inventory = load(write(tmp_path, """
+        [head]
+        h1
+        [rack_a]
+        a1
+        a2
+        [gpu_nodes:children]
+        rack_a
+    """))
+    assert inventory.hosts_of("gpu_nodes") == ["a1", "a2"]
+    assert "gpu_nodes" in inventory.hosts["a1"].groups
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[head]\nh1\n", r"group \[gpu_nodes\] is missing or empty"),
+        ("[gpu_nodes]\nn1\n", r"group \[head\] is missing or empty"),
+        ("[head]\nh1\nh2\n[gpu_nodes]\nn1\n", r"\[head\] has 2 hosts"),
+        ("[head]\nh1\n[gpu_nodes]\nn1\nn1\n", r"host 'n1' is listed twice in \[gpu_nodes\]"),
+        ("[head]\nh1 ansible_host=10.0.0.1\n[gpu_nodes]\nn1 ansible_host=10.0.0.1\n", r"both point at 10.0.0.1:22"),
+        ("[head\nh1\n", r"unclosed section header"),
+        ("[head:hosts]\nh1\n", r"unknown section kind ':hosts'"),
+        ("[head]\nh1 ansible_port\n", r"'ansible_port' is not key=value"),
+        ("[head]\nh1 ansible_port=abc\n[gpu_nodes]\nn1\n", r"ansible_port='abc' must be a whole number"),
+        ("[head]\nh1 ansible_port=70000\n[gpu_nodes]\nn1\n", r"must be between 1 and 65535"),
+        ("[head]\nbad_host!\n", r"'bad_host!' is not a valid host name"),
+        ("[head]\nn[3:1]\n", r"empty host range"),
+        ("[my-group]\nh1\n", r"invalid group name 'my-group'"),
+        ("[head]\nh1\n[gpu_nodes:children]\nracks\n", r"names group 'racks', which is not defined"),
+        ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\nmegaprov_gpu_expected=maybe\n", r"megaprov_gpu_expected='maybe' must be true or false"),
+        ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\nmegaprov_shared_dir=shared\n", r"must be an absolute path"),
+        ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\nmegaprov_cluster_usr=x\n", r"unknown variable megaprov_cluster_usr: did you mean megaprov_cluster_user\?"),
+        ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\nssh_mesh_check_timeout=soon\n", r"ssh_mesh_check_timeout='soon' must be a whole number"),
+        ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\npreflight_write_below_min=ignore\n", r"must be one of warn, fail"),
+        ("[head]\nh1\n[gpu_nodes]\nn1 x='unclosed\n", r"close the quotes"),
+    ],
+)
+def test_bad_inventories_name_the_problem(tmp_path, text, expected):
+    with pytest.raises(InventoryError, match=expected):
+        load(write(tmp_path, text))
+
+
+def test_group_vars_are_type_checked_with_the_file_named(tmp_path):
+    path = write(tmp_path, GOOD, {"gpu_nodes.yml": "megaprov_gpus_per_node: eight\n"})
+    with pytest.raises(InventoryError) as err:
+        load(path)
+    assert "group_vars/gpu_nodes.yml: megaprov_gpus_per_node='eight' must be a whole number" in err.value.one_line()
+
+
+def test_group_vars_for_an_unknown_group_are_rejected(tmp_path):
+    with pytest.raises(InventoryError, match="group_vars for unknown group 'gpus'"):
+        load(write(tmp_path, GOOD, {"gpus.yml": "x: 1\n"}))
+
+
+def test_invalid_yaml_reports_the_line(tmp_path):
+    with pytest.raises(InventoryError, match=r"all.yml:[23]: invalid YAML"):
+        load(write(tmp_path, GOOD, {"all.yml": "a: 1\nb: [unclosed\n"}))
+
+
+def test_templated_values_are_left_to_ansible(tmp_path):
+    load(write(tmp_path, GOOD, {"all.yml": "megaprov_gpus_per_node: '{{ gpus }}'\n"}))
+
+
+def test_missing_and_yaml_inventories(tmp_path):
+    with pytest.raises(InventoryError, match="does not exist"):
+        load(tmp_path / "nope.ini")
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    with pytest.raises(InventoryError, match="YAML/JSON inventories are not supported"):
+        load(tmp_path / "hosts.yml")
+
+
+def test_cluster_vars_match_the_defaults_file():
+    import yaml
+
+    defaults = yaml.safe_load(DEFAULTS.read_text())["all"]["vars"]
+    assert set(defaults) == set(inv.CLUSTER_VARS)
+    for name, value in defaults.items():
+        assert inv.check_type(name, value, inv.CLUSTER_VARS[name]) is None, name

@@ -1,0 +1,90 @@
+"""Role hygiene the house style asks for, checked on every role."""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from megaprov.stages import KNOWN_TAGS, STAGES
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+
+
+def spec_options(role):
+    data = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    return data["argument_specs"]["main"]["options"]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_and_argument_specs_agree(role):
+    defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+    options = spec_options(role)
+    assert set(defaults) == set(options)
+    for name, option in options.items():
+        assert name.startswith(role + "_"), f"{name} must carry the role prefix"
+        assert option.get("description"), f"{name} needs a description"
+        if isinstance(defaults[name], (str, int, bool)) and not (isinstance(defaults[name], str) and "{{" in defaults[name]) and option.get("default") != {}:
+            assert option.get("default") == defaults[name], name
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_readme_lists_exactly_the_spec_variables(role):
+    readme = (ROOT / "roles" / role / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", readme, flags=re.M))
+    assert documented == set(spec_options(role))
+    for heading in ("## Requirements", "## Role Variables", "## Dependencies", "## Example Playbook"):
+        assert heading in readme
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_internal_variables_are_double_underscored(role):
+    for path in (ROOT / "roles" / role).rglob("*.yml"):
+        data = yaml.safe_load(path.read_text())
+        for task in data if isinstance(data, list) else []:
+            registered = task.get("register")
+            if registered:
+                assert registered.startswith(f"__{role}_"), f"{path}: register {registered}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_templates_start_with_ansible_managed(role):
+    for template in (ROOT / "roles" / role / "templates").glob("*.j2"):
+        text = template.read_text()
+        if template.name == "hosts.j2":  # a block inside /etc/hosts: blockinfile writes the marker
+            continue
+        assert text.startswith("{{ ansible_managed | comment }}"), template
+
+
+def test_stages_match_the_bootstrap_playbook():
+    boot = yaml.safe_load((ROOT / "playbooks" / "bootstrap.yml").read_text())
+    imported = [Path(step["ansible.builtin.import_playbook"]).stem for step in boot]
+    assert imported == [name for name, _ in STAGES]
+    for name in imported:
+        plays = yaml.safe_load((ROOT / "playbooks" / f"{name}.yml").read_text())
+        assert name in plays[0]["tags"], f"the {name} stage play must carry the tag {name}"
+        for play in plays:
+            for role in play.get("roles", []):
+                assert role["role"] in KNOWN_TAGS
+
+
+def test_no_role_depends_on_another():
+    for role in ROLES:
+        meta = yaml.safe_load((ROOT / "roles" / role / "meta" / "main.yml").read_text())
+        assert meta.get("dependencies") == []
+
+
+def test_secrets_are_never_logged():
+    keys = yaml.safe_load((ROOT / "roles/ssh_mesh/tasks/keys.yml").read_text())
+    for task in keys:
+        args = str(task)
+        if "id_ed25519" in args and "b64decode" in args and "results[0]" in args or task["name"] in ("Read the cluster key pair", "Generate the cluster key pair once"):
+            assert task.get("no_log") is True, task["name"]
+
+
+def test_strict_host_key_checking_is_never_disabled():
+    for path in list(ROOT.glob("roles/**/*")) + list(ROOT.glob("playbooks/**/*")) + [ROOT / "ansible.cfg"] + list(ROOT.glob("megaprov/**/*.py")):
+        if path.is_file() and path.suffix != ".md":
+            text = path.read_text(errors="replace")
+            assert "StrictHostKeyChecking=no" not in text and "host_key_checking = False" not in text, path

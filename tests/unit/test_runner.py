@@ -1,0 +1,93 @@
+from pathlib import Path
+
+from megaprov import runner
+
+SPEC = runner.RunSpec(
+    playbook=Path("/p/playbooks/bootstrap.yml"),
+    inventories=(Path("/p/inventories/defaults.yml"), Path("/inv/inventory.ini")),
+    private_data_dir=Path("/state/runs/x"),
+    project_root=Path("/p"),
+    fact_cache_dir=Path("/state/facts/abc"),
+)
+
+
+def test_default_kwargs_are_exact():
+    kwargs = runner.build_run_kwargs(SPEC, path="/venv/bin:/usr/bin")
+    assert kwargs == {
+        "private_data_dir": "/state/runs/x",
+        "project_dir": "/p",
+        "playbook": "/p/playbooks/bootstrap.yml",
+        "inventory": ["/p/inventories/defaults.yml", "/inv/inventory.ini"],
+        "envvars": {
+            "ANSIBLE_CONFIG": "/p/ansible.cfg",
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+            "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+            "ANSIBLE_CACHE_PLUGIN_CONNECTION": "/state/facts/abc",
+            "ANSIBLE_FORCE_COLOR": "False",
+            "PYTHONUNBUFFERED": "1",
+            "PATH": "/venv/bin:/usr/bin",
+        },
+        "extravars": {},
+        "suppress_env_files": True,
+        "fact_cache_type": "none",
+        "quiet": True,
+        "json_mode": False,
+        "timeout": None,
+    }
+
+
+def test_flags_map_to_runner_arguments():
+    spec = runner.RunSpec(**{**SPEC.__dict__, "limit": "gpu_nodes", "tags": ("base", "ssh_mesh"), "skip_tags": ("preflight",),
+                             "check": True, "diff": True, "forks": 16, "extravars": {"a": 1}, "verbosity": 2})
+    kwargs = runner.build_run_kwargs(spec)
+    assert kwargs["cmdline"] == "--check --diff"
+    assert (kwargs["limit"], kwargs["tags"], kwargs["skip_tags"], kwargs["forks"], kwargs["verbosity"]) == ("gpu_nodes", "base,ssh_mesh", "preflight", 16, 2)
+    assert kwargs["extravars"] == {"a": 1}
+
+
+def test_mitogen_strategy_sets_the_plugin_path():
+    spec = runner.RunSpec(**{**SPEC.__dict__, "strategy": "mitogen"})
+    env = runner.build_run_kwargs(spec, strategy_dir=Path("/site/ansible_mitogen/plugins/strategy"))["envvars"]
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert env["ANSIBLE_STRATEGY_PLUGINS"] == "/site/ansible_mitogen/plugins/strategy"
+    assert runner.mitogen_strategy_dir().name == "strategy"
+
+
+def _event(kind, host=None, task="t", **data):
+    event_data = {"task": task, **data}
+    if host:
+        event_data["host"] = host
+    return {"event": kind, "event_data": event_data}
+
+
+def test_events_fold_into_stats_failures_and_results():
+    folder = runner.EventFolder(collect=("megaprov_node_facts",))
+    folder(_event("playbook_on_play_start", play="Preflight"))
+    folder(_event("runner_on_ok", "n1", "Collect node facts", task_action="megaprov_node_facts", res={"checks": [1]},
+                  start="2026-01-01T00:00:00", end="2026-01-01T00:00:02"))
+    folder(_event("runner_on_ok", "n1", "Other", task_action="ansible.builtin.copy", res={}, start="2026-01-01T00:00:02", end="2026-01-01T00:00:05"))
+    folder(_event("runner_on_failed", "n2", "Install", res={"msg": "E: Unable to locate package foo\n"}, ignore_errors=False))
+    folder(_event("runner_on_failed", "n2", "Probe", res={"msg": "ignored"}, ignore_errors=True))
+    folder(_event("runner_on_unreachable", "n3", "Collect node facts", res={"msg": "ssh: connect to host x port 22: Connection refused"}))
+    folder({"event": "playbook_on_stats", "event_data": {"ok": {"n1": 2}, "changed": {"n1": 1}, "failures": {"n2": 1}, "dark": {"n3": 1}}})
+    stats = {h.host: h for h in folder.host_stats()}
+    assert (stats["n1"].ok, stats["n1"].changed, stats["n1"].seconds) == (2, 1, 5.0)
+    assert stats["n2"].failed == 1 and stats["n3"].unreachable == 1
+    assert folder.failures == [
+        runner.Failure("n2", "Install", "Preflight", "E: Unable to locate package foo", False),
+        runner.Failure("n3", "Collect node facts", "Preflight", "ssh: connect to host x port 22: Connection refused", True),
+    ]
+    assert [(r.host, r.res) for r in folder.results] == [("n1", {"checks": [1]})]
+
+
+def test_new_private_dirs_are_fresh_and_pruned(tmp_path):
+    made = [runner.new_private_dir(tmp_path, "t") for _ in range(runner.KEEP_RUNS + 3)]
+    assert len(set(made)) == len(made)
+    assert len(list((tmp_path / "runs").iterdir())) == runner.KEEP_RUNS
+    assert made[-1].stat().st_mode & 0o777 == 0o700
+
+
+def test_only_runner_imports_ansible_runner():
+    root = Path(__file__).resolve().parents[2] / "megaprov"
+    importers = sorted(p.name for p in root.glob("*.py") if "ansible_runner" in p.read_text())
+    assert importers == ["runner.py"]
