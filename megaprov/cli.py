@@ -83,8 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--limit", help="only these hosts/groups (Ansible pattern)")
         p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE", help="set a variable (or @file.yml)")
         p.add_argument("--forks", type=_positive, help="parallel hosts (default from ansible.cfg)")
-        p.add_argument("--strategy", choices=("linear", "free", "mitogen"), default=os.environ.get("MEGAPROV_STRATEGY", "linear"),
-                       help="Ansible strategy; mitogen is faster, opt-in (env MEGAPROV_STRATEGY)")
+        p.add_argument(
+            "--strategy",
+            choices=("linear", "free", "mitogen"),
+            default=os.environ.get("MEGAPROV_STRATEGY", "linear"),
+            help="Ansible strategy; mitogen is faster, opt-in (env MEGAPROV_STRATEGY)",
+        )
         p.add_argument("--output", choices=("text", "json"), default="text")
         p.add_argument("-v", "--verbose", action="count", default=0, help="more Ansible output in the artifacts")
 
@@ -104,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     lab_up.add_argument("--nodes", type=_positive, default=2)
     lab_up.add_argument("--name", default="default")
     lab_up.add_argument("--output", choices=("text", "json"), default="text")
+    lab_image = lab_sub.add_parser("image", help="build the node image (cached)")
+    lab_image.add_argument("--output", choices=("text", "json"), default="text")
     lab_status = lab_sub.add_parser("status", help="list lab nodes")
     lab_status.add_argument("--output", choices=("text", "json"), default="text")
     lab_down = lab_sub.add_parser("down", help="remove what lab up made")
@@ -113,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_lab(args: argparse.Namespace) -> Outcome:
+    if not args.lab_command:
+        raise UsageError("megaprov lab: missing ACTION", "use `megaprov lab up`, `megaprov lab status` or `megaprov lab down`")
     from megaprov import lab
     from megaprov.paths import fact_cache_dir, project_root
 
@@ -135,6 +143,11 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
         if not quiet:
             out.print(f"lab {args.name}: {len(members)} node(s) up; inventory: {inventory}", markup=False)
         return Outcome("lab up", {"name": args.name, "inventory": str(inventory), "nodes": members})
+    if args.lab_command == "image":
+        tag = lab.ensure_image(progress)
+        if not quiet:
+            out.print(f"lab: node image {tag}", markup=False)
+        return Outcome("lab image", {"image": tag})
     if args.lab_command == "status":
         found = lab.labs()
         if not quiet:
@@ -148,7 +161,7 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
         if not quiet:
             out.print(f"lab {args.name}: removed {len(removed)} object(s)" if removed else f"lab {args.name}: nothing to remove", markup=False)
         return Outcome("lab down", {"name": args.name, "removed": removed})
-    raise UsageError("megaprov lab: missing ACTION", "use `megaprov lab up`, `megaprov lab status` or `megaprov lab down`")
+    raise UsageError(f"megaprov lab: unknown ACTION {args.lab_command}", "use up, status or down")
 
 
 def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
@@ -157,8 +170,16 @@ def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
     tags = tuple(t for t in args.tags.split(",") if t)
     skip = tuple(t for t in args.skip_tags.split(",") if t)
     request = provision.Request(
-        inventory=Path(args.inventory), limit=args.limit, tags=tags, skip_tags=skip, check=args.check, diff=args.diff,
-        forks=args.forks, extravars=_extravars(args.extra_vars), strategy=args.strategy, verbosity=args.verbose,
+        inventory=Path(args.inventory),
+        limit=args.limit,
+        tags=tags,
+        skip_tags=skip,
+        check=args.check,
+        diff=args.diff,
+        forks=args.forks,
+        extravars=_extravars(args.extra_vars),
+        strategy=args.strategy,
+        verbosity=args.verbose,
         quiet=args.output == "json",
     )
     report = provision.bootstrap(request)
@@ -171,8 +192,13 @@ def _cmd_preflight(args: argparse.Namespace) -> Outcome:
     from megaprov import provision
 
     request = provision.Request(
-        inventory=Path(args.inventory), limit=args.limit, forks=args.forks, extravars=_extravars(args.extra_vars),
-        strategy=args.strategy, verbosity=args.verbose, quiet=args.output == "json",
+        inventory=Path(args.inventory),
+        limit=args.limit,
+        forks=args.forks,
+        extravars=_extravars(args.extra_vars),
+        strategy=args.strategy,
+        verbosity=args.verbose,
+        quiet=args.output == "json",
     )
     report = provision.preflight(request)
     if args.output == "text":

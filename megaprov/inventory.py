@@ -184,7 +184,9 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
             if not _HOSTNAME_RE.match(name):
                 raise InventoryError(f"{where}: {name!r} is not a valid host name", "use letters, digits, dots and dashes (it goes into /etc/hosts)")
             if name in groups[section]:
-                raise InventoryError(f"{where}: host {name!r} is listed twice in [{section}] (first at {hosts[name].line})", "remove one of the two lines")
+                raise InventoryError(
+                    f"{where}: host {name!r} is listed twice in [{section}] (first at {hosts[name].line})", "remove one of the two lines"
+                )
             host = hosts.setdefault(name, Host(name=name, line=where))
             clash = {k: v for k, v in host_vars.items() if k in host.vars and host.vars[k] != v}
             if clash:
@@ -290,7 +292,9 @@ def validate_vars(values: dict[str, Any], source: str, specs: dict[str, dict[str
         if problem:
             raise InventoryError(
                 f"{source}: {name}={value!r} {problem}",
-                spec.get("description", f"see roles/{spec.get('role', '')}/README.md") if isinstance(spec.get("description"), str) else "see the role README",
+                spec.get("description", f"see roles/{spec.get('role', '')}/README.md")
+                if isinstance(spec.get("description"), str)
+                else "see the role README",
             )
 
 

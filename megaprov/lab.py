@@ -67,7 +67,10 @@ def podman(*args: str, check: bool = True, input_bytes: bytes | None = None, tim
     proc = subprocess.run(["podman", *args], capture_output=True, env=podman_env(), input=input_bytes, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise EnvironmentProblem(f"podman {args[0]} failed: {err[-1] if err else 'exit ' + str(proc.returncode)}", "see `podman info`; the lab needs podman with runc (scripts/setup.sh)")
+        raise EnvironmentProblem(
+            f"podman {args[0]} failed: {err[-1] if err else 'exit ' + str(proc.returncode)}",
+            "see `podman info`; the lab needs podman with runc (scripts/setup.sh)",
+        )
     return proc.stdout.decode(errors="replace")
 
 
@@ -98,21 +101,39 @@ def ensure_image(progress: Progress = _quiet, mirror: str | None = None) -> str:
             rootfs = Path(tmp) / "rootfs"
             proc = subprocess.run(
                 ["debootstrap", "--variant=minbase", f"--include={DEBOOTSTRAP_PACKAGES}", "bookworm", str(rootfs), mirror],
-                capture_output=True, check=False,
+                capture_output=True,
+                check=False,
             )
             if proc.returncode != 0:
                 tail = proc.stdout.decode(errors="replace").strip().splitlines()[-1:]
-                raise EnvironmentProblem(f"debootstrap failed: {' '.join(tail)}", "check that the Debian mirror is reachable (MEGAPROV_DEBIAN_MIRROR)")
+                raise EnvironmentProblem(
+                    f"debootstrap failed: {' '.join(tail)}", "check that the Debian mirror is reachable (MEGAPROV_DEBIAN_MIRROR)"
+                )
             progress("import the base image")
             tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
             assert tar.stdout is not None
             imp = subprocess.run(["podman", "import", "-", BASE_IMAGE], stdin=tar.stdout, capture_output=True, env=podman_env(), check=False)
             tar.wait()
             if imp.returncode != 0:
-                raise EnvironmentProblem("podman import of the base image failed: " + imp.stderr.decode(errors="replace").strip()[-200:], "see `podman info`")
+                raise EnvironmentProblem(
+                    "podman import of the base image failed: " + imp.stderr.decode(errors="replace").strip()[-200:], "see `podman info`"
+                )
     progress(f"build node image {tag}")
-    podman("build", "-q", "--network", "host", "--build-arg", f"BASE={BASE_IMAGE}", "-t", tag, "-t", f"{NODE_IMAGE}:latest",
-           "-f", str(LAB_FILES / "Containerfile"), str(LAB_FILES))
+    podman(
+        "build",
+        "-q",
+        "--network",
+        "host",
+        "--build-arg",
+        f"BASE={BASE_IMAGE}",
+        "-t",
+        tag,
+        "-t",
+        f"{NODE_IMAGE}:latest",
+        "-f",
+        str(LAB_FILES / "Containerfile"),
+        str(LAB_FILES),
+    )
     return tag
 
 
@@ -122,7 +143,9 @@ def nodes(lab: str | None = None) -> list[Node]:
     out = podman("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}")
     found: list[Node] = []
     for cname in sorted(n for n in out.split() if n):
-        info = podman("inspect", "--format", "{{.State.Status}}|{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}|{{.Config.Hostname}}", cname).strip()
+        info = podman(
+            "inspect", "--format", "{{.State.Status}}|{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}|{{.Config.Hostname}}", cname
+        ).strip()
         state, address, hostname = (info.split("|") + ["", "", ""])[:3]
         found.append(Node(hostname, cname, address, state))
     return sorted(found, key=lambda n: (n.container.rsplit("node", 1)[0], int(n.container.rsplit("node", 1)[1] or 0)))
@@ -145,7 +168,9 @@ def _wait_booted(cname: str, deadline: float) -> None:
         if state in ("running", "degraded"):
             return
         if time.monotonic() > deadline:
-            raise EnvironmentProblem(f"lab node {cname} did not finish booting (systemd says {state or 'nothing'})", f"inspect it with `podman logs {cname}`")
+            raise EnvironmentProblem(
+                f"lab node {cname} did not finish booting (systemd says {state or 'nothing'})", f"inspect it with `podman logs {cname}`"
+            )
         time.sleep(0.5)
 
 
@@ -155,9 +180,24 @@ def _wait_ssh(address: str, key: Path, known_hosts: Path, deadline: float) -> No
             with socket.create_connection((address, 22), timeout=2):
                 pass
             proc = subprocess.run(
-                ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",
-                 "-o", "ConnectTimeout=5", f"root@{address}", "true"],
-                capture_output=True, check=False, timeout=20,
+                [
+                    "ssh",
+                    "-i",
+                    str(key),
+                    "-o",
+                    "BatchMode=yes",
+                    "-o",
+                    "StrictHostKeyChecking=yes",
+                    "-o",
+                    f"UserKnownHostsFile={known_hosts}",
+                    "-o",
+                    "ConnectTimeout=5",
+                    f"root@{address}",
+                    "true",
+                ],
+                capture_output=True,
+                check=False,
+                timeout=20,
             )
             if proc.returncode == 0:
                 return
@@ -165,7 +205,9 @@ def _wait_ssh(address: str, key: Path, known_hosts: Path, deadline: float) -> No
         except OSError as exc:
             reason = str(exc)
         if time.monotonic() > deadline:
-            raise EnvironmentProblem(f"lab node {address} is not reachable over SSH ({reason})", "run `megaprov lab down` and `megaprov lab up` again")
+            raise EnvironmentProblem(
+                f"lab node {address} is not reachable over SSH ({reason})", "run `megaprov lab down` and `megaprov lab up` again"
+            )
         time.sleep(0.5)
 
 
@@ -217,8 +259,22 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
         for index in range(1, count + 1):
             cname = container_name(lab, index)
             progress(f"start {cname} ({index}/{count})")
-            args = ["create", "--name", cname, "--hostname", f"node{index}", "--label", f"{LABEL}={lab}",
-                    "--network", network_name(lab), "--network-alias", f"node{index}", "--no-hosts", "--systemd", "always"]
+            args = [
+                "create",
+                "--name",
+                cname,
+                "--hostname",
+                f"node{index}",
+                "--label",
+                f"{LABEL}={lab}",
+                "--network",
+                network_name(lab),
+                "--network-alias",
+                f"node{index}",
+                "--no-hosts",
+                "--systemd",
+                "always",
+            ]
             if ca:
                 args += ["-v", f"{ca}:/etc/host-ca.crt:ro"]
             podman(*args, tag)

@@ -106,7 +106,9 @@ def verdict_table(rows: list[dict[str, Any]], title: str) -> Table:
         table.add_column(column)
     styles = {"pass": "green", "warn": "yellow", "fail": "bold red"}
     for row in rows:
-        table.add_row(row["host"], row["check"], str(row.get("value", "")), f"[{styles.get(row['status'], '')}]{row['status']}[/]", row.get("reason", ""))
+        table.add_row(
+            row["host"], row["check"], str(row.get("value", "")), f"[{styles.get(row['status'], '')}]{row['status']}[/]", row.get("reason", "")
+        )
     return table
 
 

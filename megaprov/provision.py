@@ -55,8 +55,9 @@ def check_limit(limit: str, inventory: inv.Inventory) -> None:
         if not name or any(c in name for c in "*?[~"):
             continue
         if name not in inventory.hosts and name not in inventory.groups and name != "all":
-            raise UsageError(f"--limit {limit}: {name!r} is neither a host nor a group of {inventory.path.name}",
-                             "use host or group names from the inventory")
+            raise UsageError(
+                f"--limit {limit}: {name!r} is neither a host nor a group of {inventory.path.name}", "use host or group names from the inventory"
+            )
 
 
 def check_tags(flag: str, tags: tuple[str, ...]) -> None:
@@ -98,7 +99,8 @@ def _judge(result: runner.RunResult) -> tuple[ExitCode, str | None]:
     if result.ok:
         return ExitCode.OK, None
     if not result.failures:
-        return ExitCode.RUN_FAILED, f"ansible-playbook ended with status {result.status} (rc {result.rc}); see {result.artifacts}/stdout"
+        why = result.error_line or f"ansible-playbook ended with status {result.status} (rc {result.rc})"
+        return ExitCode.RUN_FAILED, f"{why}; see {result.artifacts}/stdout"
     first = result.failures[0]
     more = f" (and {len(result.failures) - 1} more failure(s))" if len(result.failures) > 1 else ""
     if any(f.unreachable for f in result.failures):
@@ -120,8 +122,20 @@ def bootstrap(request: Request) -> Report:
     result = _execute(request, spec, inventory, (FACTS_ACTION,))
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)
-    return Report(str(inventory.path), "bootstrap.yml", code == ExitCode.OK, result.changed, result.seconds, str(result.artifacts),
-                  result.hosts, result.failures, checks, nodes, code, error)
+    return Report(
+        str(inventory.path),
+        "bootstrap.yml",
+        code == ExitCode.OK,
+        result.changed,
+        result.seconds,
+        str(result.artifacts),
+        result.hosts,
+        result.failures,
+        checks,
+        nodes,
+        code,
+        error,
+    )
 
 
 def _preflight_rows(result: runner.RunResult) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -149,8 +163,20 @@ def preflight(request: Request) -> Report:
         if failed:
             code = ExitCode.VERDICT_FAILED
             error = "; ".join(f"{r['host']}: {r['check']}: {r['reason']}" for r in failed[:5])
-    return Report(str(inventory.path), "preflight.yml", code == ExitCode.OK, result.changed, result.seconds, str(result.artifacts),
-                  result.hosts, result.failures, rows, nodes, code, error)
+    return Report(
+        str(inventory.path),
+        "preflight.yml",
+        code == ExitCode.OK,
+        result.changed,
+        result.seconds,
+        str(result.artifacts),
+        result.hosts,
+        result.failures,
+        rows,
+        nodes,
+        code,
+        error,
+    )
 
 
 def _render_failures(report: Report) -> None:
@@ -164,7 +190,11 @@ def render_bootstrap(report: Report) -> None:
     out = console()
     out.print(host_table(report.hosts, f"bootstrap: {report.inventory}"))
     if report.checks:
-        out.print(verdict_table([r for r in report.checks if r["status"] != "pass"], "preflight warnings and failures") if any(r["status"] != "pass" for r in report.checks) else "preflight: every check passed")
+        out.print(
+            verdict_table([r for r in report.checks if r["status"] != "pass"], "preflight warnings and failures")
+            if any(r["status"] != "pass" for r in report.checks)
+            else "preflight: every check passed"
+        )
     _render_failures(report)
     verdict = "ok" if report.ok else "FAILED"
     out.print(f"bootstrap {verdict}: {report.changed} change(s) in {report.seconds:.1f}s; artifacts: {report.artifacts}", markup=False)
@@ -176,4 +206,8 @@ def render_preflight(report: Report) -> None:
         out.print(verdict_table(report.checks, f"preflight: {report.inventory}"))
     _render_failures(report)
     counts = {s: sum(1 for r in report.checks if r["status"] == s) for s in ("pass", "warn", "fail")}
-    out.print(f"preflight: {counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail on {len(report.nodes)} node(s); artifacts: {report.artifacts}", markup=False)
+    out.print(
+        f"preflight: {counts['pass']} pass, {counts['warn']} warn, {counts['fail']} fail on {len(report.nodes)} node(s); "
+        f"artifacts: {report.artifacts}",
+        markup=False,
+    )

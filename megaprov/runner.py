@@ -82,6 +82,7 @@ class RunResult:
     results: list[TaskResult]
     artifacts: Path
     seconds: float
+    error_line: str = ""
 
     @property
     def ok(self) -> bool:
@@ -208,8 +209,15 @@ class EventFolder:
         elif kind == "runner_on_ok" and data.get("task_action") in self.collect:
             self.results.append(TaskResult(host or "?", data.get("task", ""), data.get("task_action", ""), res))
         elif kind == "playbook_on_stats":
-            for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"), ("dark", "unreachable"),
-                              ("skipped", "skipped"), ("rescued", "rescued"), ("ignored", "ignored")):
+            for key, attr in (
+                ("ok", "ok"),
+                ("changed", "changed"),
+                ("failures", "failed"),
+                ("dark", "unreachable"),
+                ("skipped", "skipped"),
+                ("rescued", "rescued"),
+                ("ignored", "ignored"),
+            ):
                 for name, count in (data.get(key) or {}).items():
                     setattr(self.stats.setdefault(name, HostStats(name)), attr, int(count))
 
@@ -217,6 +225,18 @@ class EventFolder:
         for name, (lo, hi) in self.spans.items():
             self.stats.setdefault(name, HostStats(name)).seconds = round(hi - lo, 2)
         return [self.stats[name] for name in sorted(self.stats)]
+
+
+def first_error_line(stdout: str) -> str:
+    """The first error ansible-playbook printed outside a task (syntax, undefined variable, bad pattern)."""
+    lines = stdout.splitlines()
+    for index, line in enumerate(lines):
+        text = line.strip()
+        if text.startswith(("[ERROR]:", "ERROR!")):
+            message = text.split(":", 1)[1].strip() if text.startswith("[ERROR]:") else text[len("ERROR!") :].strip()
+            origin = next((x.strip() for x in lines[index + 1 : index + 4] if x.strip().startswith("Origin:")), "")
+            return f"{message} ({origin})" if origin else message
+    return ""
 
 
 def new_private_dir(state: Path, label: str) -> Path:
@@ -248,6 +268,8 @@ def run(spec: RunSpec, on_event: Callable[[dict[str, Any]], None] | None = None,
     started = time.monotonic()
     result = ansible_runner.run(event_handler=handler, **build_run_kwargs(spec, strategy_dir, search_path()))
     artifacts = Path(result.config.artifact_dir)
+    stdout = artifacts / "stdout"
+    error_line = first_error_line(stdout.read_text(errors="replace")) if stdout.is_file() else ""
     return RunResult(
         status=str(result.status),
         rc=int(result.rc if result.rc is not None else 1),
@@ -256,4 +278,5 @@ def run(spec: RunSpec, on_event: Callable[[dict[str, Any]], None] | None = None,
         results=folder.results,
         artifacts=artifacts,
         seconds=round(time.monotonic() - started, 2),
+        error_line=error_line,
     )

@@ -47,7 +47,10 @@ def test_a_valid_inventory_expands_ranges_and_merges_vars(tmp_path):
 
 
 def test_children_groups_resolve(tmp_path):
-    inventory = load(write(tmp_path, """
+    inventory = load(
+        write(
+            tmp_path,
+            """
         [head]
         h1
         [rack_a]
@@ -55,7 +58,9 @@ def test_children_groups_resolve(tmp_path):
         a2
         [gpu_nodes:children]
         rack_a
-    """))
+    """,
+        )
+    )
     assert inventory.hosts_of("gpu_nodes") == ["a1", "a2"]
     assert "gpu_nodes" in inventory.hosts["a1"].groups
 
@@ -79,7 +84,10 @@ def test_children_groups_resolve(tmp_path):
         ("[head]\nh1\n[gpu_nodes:children]\nracks\n", r"names group 'racks', which is not defined"),
         ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\nmegaprov_gpu_expected=maybe\n", r"megaprov_gpu_expected='maybe' must be true or false"),
         ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\nmegaprov_shared_dir=shared\n", r"must be an absolute path"),
-        ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\nmegaprov_cluster_usr=x\n", r"unknown variable megaprov_cluster_usr: did you mean megaprov_cluster_user\?"),
+        (
+            "[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\nmegaprov_cluster_usr=x\n",
+            r"unknown variable megaprov_cluster_usr: did you mean megaprov_cluster_user\?",
+        ),
         ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\nssh_mesh_check_timeout=soon\n", r"ssh_mesh_check_timeout='soon' must be a whole number"),
         ("[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\npreflight_write_below_min=ignore\n", r"must be one of warn, fail"),
         ("[head]\nh1\n[gpu_nodes]\nn1 x='unclosed\n", r"close the quotes"),

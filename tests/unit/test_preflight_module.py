@@ -6,17 +6,41 @@ from tests.conftest import ROOT, load_module
 
 facts = load_module(ROOT / "roles/preflight/library/megaprov_node_facts.py", "megaprov_node_facts")
 
-REQ = {"min_write_mb_s": 1000, "write_below_min": "warn", "min_memory_gb": 4, "min_disk_free_gb": 10, "min_cpus": 2,
-       "supported_os": ["debian 12", "ubuntu 22.04"], "gpu_expected": True, "gpus_per_node": 8}
+REQ = {
+    "min_write_mb_s": 1000,
+    "write_below_min": "warn",
+    "min_memory_gb": 4,
+    "min_disk_free_gb": 10,
+    "min_cpus": 2,
+    "supported_os": ["debian 12", "ubuntu 22.04"],
+    "gpu_expected": True,
+    "gpus_per_node": 8,
+}
 
-H100 = [{"index": i, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "driver": "550.90.07", "bus_id": f"00000000:{i:02X}:00.0"} for i in range(8)]
+H100 = [
+    {"index": i, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "driver": "550.90.07", "bus_id": f"00000000:{i:02X}:00.0"} for i in range(8)
+]
 
 
 def node(**over):
-    base = {"os": {"id": "ubuntu", "version": "22.04", "name": "Ubuntu 22.04.4 LTS"}, "cpus": 224, "memory_mb": 2_000_000,
-            "disk": {"path": "/raid", "total_gb": 30000, "free_gb": 28000, "write_mb_s": 5200.0}, "gpus": H100, "pci_gpus": [],
-            "nvswitches": ["0000:05:00.0"] * 4, "nvlinks": 144,
-            "hcas": [{"name": "mlx5_0", "type": "MT4129", "fw": "28.39", "ports": [{"port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}]}]}
+    base = {
+        "os": {"id": "ubuntu", "version": "22.04", "name": "Ubuntu 22.04.4 LTS"},
+        "cpus": 224,
+        "memory_mb": 2_000_000,
+        "disk": {"path": "/raid", "total_gb": 30000, "free_gb": 28000, "write_mb_s": 5200.0},
+        "gpus": H100,
+        "pci_gpus": [],
+        "nvswitches": ["0000:05:00.0"] * 4,
+        "nvlinks": 144,
+        "hcas": [
+            {
+                "name": "mlx5_0",
+                "type": "MT4129",
+                "fw": "28.39",
+                "ports": [{"port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}],
+            }
+        ],
+    }
     base.update(over)
     return base
 
@@ -60,13 +84,28 @@ def test_slow_disk_warns_or_fails_as_configured():
 
 
 def test_small_memory_full_disk_and_unknown_os():
-    rows = verdicts(facts.judge(node(memory_mb=2048, disk={"path": "/", "total_gb": 100, "free_gb": 2, "write_mb_s": 2000.0},
-                                     os={"id": "arch", "version": "", "name": "Arch"}), REQ))
+    rows = verdicts(
+        facts.judge(
+            node(
+                memory_mb=2048,
+                disk={"path": "/", "total_gb": 100, "free_gb": 2, "write_mb_s": 2000.0},
+                os={"id": "arch", "version": "", "name": "Arch"},
+            ),
+            REQ,
+        )
+    )
     assert (rows["memory"], rows["disk"], rows["os"]) == ("fail", "fail", "warn")
 
 
 def test_hcas_without_an_active_port_warn():
-    down = [{"name": "mlx5_0", "type": "", "fw": "", "ports": [{"port": 1, "state": "DOWN", "phys_state": "Polling", "rate": "", "link_layer": "InfiniBand"}]}]
+    down = [
+        {
+            "name": "mlx5_0",
+            "type": "",
+            "fw": "",
+            "ports": [{"port": 1, "state": "DOWN", "phys_state": "Polling", "rate": "", "link_layer": "InfiniBand"}],
+        }
+    ]
     assert verdicts(facts.judge(node(hcas=down), REQ))["rdma"] == "warn"
 
 
@@ -89,7 +128,10 @@ def test_count_nvlinks():
 
 def test_os_release_and_meminfo():
     assert facts.os_release('ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n') == {
-        "id": "debian", "version": "12", "name": "Debian GNU/Linux 12 (bookworm)"}
+        "id": "debian",
+        "version": "12",
+        "name": "Debian GNU/Linux 12 (bookworm)",
+    }
     assert facts.meminfo_mb("MemTotal:       24567896 kB\nMemFree: 1 kB\n") == 23992
 
 
@@ -111,8 +153,14 @@ def test_rdma_ports_are_read_from_sysfs(tmp_path):
     _sysfs(port, {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "200 Gb/sec (4X HDR)", "link_layer": "Ethernet"})
     (tmp_path / "mlx5_0" / "hca_type").write_text("MT4123\n")
     hcas = facts.rdma_devices(str(tmp_path))
-    assert hcas == [{"name": "mlx5_0", "type": "MT4123", "fw": "", "ports": [
-        {"port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate": "200 Gb/sec (4X HDR)", "link_layer": "Ethernet"}]}]
+    assert hcas == [
+        {
+            "name": "mlx5_0",
+            "type": "MT4123",
+            "fw": "",
+            "ports": [{"port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "rate": "200 Gb/sec (4X HDR)", "link_layer": "Ethernet"}],
+        }
+    ]
 
 
 def test_write_throughput_measures_and_cleans_up(tmp_path):

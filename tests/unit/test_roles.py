@@ -25,7 +25,11 @@ def test_defaults_and_argument_specs_agree(role):
     for name, option in options.items():
         assert name.startswith(role + "_"), f"{name} must carry the role prefix"
         assert option.get("description"), f"{name} needs a description"
-        if isinstance(defaults[name], (str, int, bool)) and not (isinstance(defaults[name], str) and "{{" in defaults[name]) and option.get("default") != {}:
+        if (
+            isinstance(defaults[name], (str, int, bool))
+            and not (isinstance(defaults[name], str) and "{{" in defaults[name])
+            and option.get("default") != {}
+        ):
             assert option.get("default") == defaults[name], name
 
 
@@ -79,7 +83,12 @@ def test_secrets_are_never_logged():
     keys = yaml.safe_load((ROOT / "roles/ssh_mesh/tasks/keys.yml").read_text())
     for task in keys:
         args = str(task)
-        if "id_ed25519" in args and "b64decode" in args and "results[0]" in args or task["name"] in ("Read the cluster key pair", "Generate the cluster key pair once"):
+        if (
+            "id_ed25519" in args
+            and "b64decode" in args
+            and "results[0]" in args
+            or task["name"] in ("Read the cluster key pair", "Generate the cluster key pair once")
+        ):
             assert task.get("no_log") is True, task["name"]
 
 

@@ -37,11 +37,28 @@ def test_default_kwargs_are_exact():
 
 
 def test_flags_map_to_runner_arguments():
-    spec = runner.RunSpec(**{**SPEC.__dict__, "limit": "gpu_nodes", "tags": ("base", "ssh_mesh"), "skip_tags": ("preflight",),
-                             "check": True, "diff": True, "forks": 16, "extravars": {"a": 1}, "verbosity": 2})
+    spec = runner.RunSpec(
+        **{
+            **SPEC.__dict__,
+            "limit": "gpu_nodes",
+            "tags": ("base", "ssh_mesh"),
+            "skip_tags": ("preflight",),
+            "check": True,
+            "diff": True,
+            "forks": 16,
+            "extravars": {"a": 1},
+            "verbosity": 2,
+        }
+    )
     kwargs = runner.build_run_kwargs(spec)
     assert kwargs["cmdline"] == "--check --diff"
-    assert (kwargs["limit"], kwargs["tags"], kwargs["skip_tags"], kwargs["forks"], kwargs["verbosity"]) == ("gpu_nodes", "base,ssh_mesh", "preflight", 16, 2)
+    assert (kwargs["limit"], kwargs["tags"], kwargs["skip_tags"], kwargs["forks"], kwargs["verbosity"]) == (
+        "gpu_nodes",
+        "base,ssh_mesh",
+        "preflight",
+        16,
+        2,
+    )
     assert kwargs["extravars"] == {"a": 1}
 
 
@@ -63,8 +80,17 @@ def _event(kind, host=None, task="t", **data):
 def test_events_fold_into_stats_failures_and_results():
     folder = runner.EventFolder(collect=("megaprov_node_facts",))
     folder(_event("playbook_on_play_start", play="Preflight"))
-    folder(_event("runner_on_ok", "n1", "Collect node facts", task_action="megaprov_node_facts", res={"checks": [1]},
-                  start="2026-01-01T00:00:00", end="2026-01-01T00:00:02"))
+    folder(
+        _event(
+            "runner_on_ok",
+            "n1",
+            "Collect node facts",
+            task_action="megaprov_node_facts",
+            res={"checks": [1]},
+            start="2026-01-01T00:00:00",
+            end="2026-01-01T00:00:02",
+        )
+    )
     folder(_event("runner_on_ok", "n1", "Other", task_action="ansible.builtin.copy", res={}, start="2026-01-01T00:00:02", end="2026-01-01T00:00:05"))
     folder(_event("runner_on_failed", "n2", "Install", res={"msg": "E: Unable to locate package foo\n"}, ignore_errors=False))
     folder(_event("runner_on_failed", "n2", "Probe", res={"msg": "ignored"}, ignore_errors=True))
@@ -91,3 +117,15 @@ def test_only_runner_imports_ansible_runner():
     root = Path(__file__).resolve().parents[2] / "megaprov"
     importers = sorted(p.name for p in root.glob("*.py") if "ansible_runner" in p.read_text())
     assert importers == ["runner.py"]
+
+
+def test_the_first_playbook_error_is_extracted():
+    stdout = (
+        "PLAY [x] ***\n[ERROR]: YAML parsing failed: While parsing a flow sequence did not find expected ',' or ']'.\n"
+        "Origin: /p/roles/common/tasks/install.yml:4:32\n\n4     argv: [a]\n"
+    )
+    assert runner.first_error_line(stdout) == (
+        "YAML parsing failed: While parsing a flow sequence did not find expected ',' or ']'. (Origin: /p/roles/common/tasks/install.yml:4:32)"
+    )
+    assert runner.first_error_line("ERROR! the playbook: x.yml could not be found\n") == "the playbook: x.yml could not be found"
+    assert runner.first_error_line("PLAY RECAP\nok=1\n") == ""

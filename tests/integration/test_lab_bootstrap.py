@@ -1,0 +1,121 @@
+"""megaprov against real container nodes over real SSH: lab, bootstrap, preflight, failures."""
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import LAB, ROOT, megaprov, podman_exec
+
+pytestmark = pytest.mark.lab
+
+
+def containers(lab):
+    return [n["container"] for n in lab["nodes"]]
+
+
+def test_lab_up_pins_each_nodes_own_host_key(lab3):
+    inventory = Path(lab3["inventory"])
+    assert inventory == ROOT / "inventories" / "lab" / LAB / "inventory.ini"
+    text = inventory.read_text()
+    assert "[head]\nnode1\n" in text and text.count("ansible_host=") == 3
+    pins = (inventory.parent / "known_hosts").read_text().splitlines()
+    keys = set()
+    for node, line in zip(lab3["nodes"], pins, strict=True):
+        real = podman_exec(node["container"], "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
+        assert line.startswith(f"{node['address']},{node['name']} ssh-ed25519 {real}")
+        keys.add(real)
+    assert len(keys) == 3, "every node must have its own host key"
+    assert (inventory.parent / "id_ed25519").stat().st_mode & 0o777 == 0o600
+
+
+def test_lab_status_lists_the_nodes(lab3):
+    code, doc, _ = megaprov("lab", "status", "--output", "json")
+    assert code == 0
+    assert [n["state"] for n in doc["result"][LAB]] == ["running"] * 3
+
+
+def test_check_mode_on_fresh_nodes_changes_nothing(lab3):
+    code, doc, err = megaprov("bootstrap", lab3["inventory"], "--check", "--output", "json")
+    assert code == 0, err
+    for container in containers(lab3):
+        assert podman_exec(container, "id", "megaprov").returncode != 0, "check mode created the cluster user"
+        assert podman_exec(container, "test", "-e", "/etc/security/limits.d/90-megaprov.conf").returncode != 0
+
+
+def test_bootstrap_converges_then_changes_nothing(lab3):
+    code, first, err = megaprov("bootstrap", lab3["inventory"], "--output", "json")
+    assert code == 0, err
+    assert first["ok"] and first["result"]["changed"] > 0
+    assert {h["host"] for h in first["result"]["hosts"]} >= {"node1", "node2", "node3"}
+    assert Path(first["result"]["artifacts"]).is_dir()
+    code, second, err = megaprov("bootstrap", lab3["inventory"], "--output", "json")
+    assert code == 0, err
+    assert second["result"]["changed"] == 0, [h for h in second["result"]["hosts"] if h["changed"]]
+    # The mesh is real: node3 reaches node1 as the cluster user by name.
+    out = podman_exec(containers(lab3)[2], "su", "-", "megaprov", "-c", "ssh -o BatchMode=yes node1 hostname")
+    assert out.returncode == 0 and out.stdout.strip() == "node1", out.stderr
+
+
+def test_check_mode_after_converge_reports_no_change(lab3):
+    code, doc, err = megaprov("bootstrap", lab3["inventory"], "--check", "--output", "json")
+    assert code == 0, err
+    assert doc["result"]["changed"] == 0
+
+
+def test_preflight_reports_every_node_gpu_less_and_passing(lab3):
+    code, doc, err = megaprov("preflight", lab3["inventory"], "--output", "json")
+    assert code == 0, err
+    checks = doc["result"]["checks"]
+    gpu_rows = [c for c in checks if c["check"] == "gpus"]
+    assert [(c["host"], c["status"], c["value"]) for c in gpu_rows] == [(f"node{i}", "pass", "no GPU") for i in (1, 2, 3)]
+    assert not [c for c in checks if c["status"] == "fail"]
+    node = doc["result"]["nodes"]["node2"]
+    assert node["os"]["id"] == "debian" and node["disk"]["write_mb_s"] > 0
+
+
+def test_preflight_fails_a_gpu_node_without_gpus(lab3):
+    code, doc, err = megaprov("preflight", lab3["inventory"], "-e", "megaprov_gpu_expected=true", "--output", "json")
+    assert code == 6
+    assert "node1: gpus: no NVIDIA GPU found on a gpu_nodes host" in doc["error"]
+
+
+def test_a_broken_pair_is_reported_by_name(lab3):
+    node3 = containers(lab3)[2]
+    podman_exec(node3, "sh", "-c", "echo 'DenyUsers megaprov' > /etc/ssh/sshd_config.d/deny.conf && systemctl reload ssh")
+    try:
+        code, doc, err = megaprov("bootstrap", lab3["inventory"], "--tags", "ssh_mesh", "--output", "json")
+        assert code == 3
+        assert "2 of 6 SSH pairs failed as megaprov" in doc["error"]
+        assert "node1 -> node3" in doc["error"] and "node2 -> node3" in doc["error"]
+    finally:
+        podman_exec(node3, "sh", "-c", "rm -f /etc/ssh/sshd_config.d/deny.conf && systemctl reload ssh")
+
+
+def test_an_unreachable_host_stops_before_any_change(lab3, tmp_path):
+    node1 = lab3["nodes"][0]
+    (tmp_path / "group_vars").mkdir()
+    source = Path(lab3["inventory"]).parent / "group_vars" / "all.yml"
+    (tmp_path / "group_vars" / "all.yml").write_text(source.read_text() + "megaprov_cluster_user: other\n")
+    (tmp_path / "inventory.ini").write_text(
+        textwrap.dedent(f"""
+        [head]
+        node1 ansible_host={node1["address"]}
+        [gpu_nodes]
+        node1
+        ghost ansible_host={node1["address"]} ansible_port=2299
+    """)
+    )
+    code, doc, err = megaprov("bootstrap", str(tmp_path / "inventory.ini"), "--output", "json")
+    assert code == 4
+    assert "ghost" in doc["error"] and "unreachable" in doc["error"]
+    assert podman_exec(node1["container"], "id", "other").returncode != 0, "a stage ran on node1 after ghost was unreachable"
+
+
+def test_lab_down_removes_exactly_what_up_made(lab3):
+    code, doc, _ = megaprov("lab", "down", "--name", LAB, "--output", "json")
+    assert code == 0
+    assert set(doc["result"]["removed"]) == set(containers(lab3)) | {f"megaprov-{LAB}", str(Path(lab3["inventory"]).parent)}
+    names = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True).stdout
+    assert not [n for n in names.split() if n.startswith(f"megaprov-{LAB}-")]
+    assert not Path(lab3["inventory"]).exists()

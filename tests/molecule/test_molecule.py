@@ -1,0 +1,36 @@
+"""Every Molecule scenario: create, converge, idempotence, check mode, testinfra verify, destroy."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
+
+
+def test_every_role_has_a_scenario():
+    roles = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+    assert set(roles) <= set(SCENARIOS)
+
+
+@pytest.mark.lab
+@pytest.mark.skipif(shutil.which("podman") is None, reason="skipped: podman is not installed (run scripts/setup.sh)")
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_molecule_scenario(scenario):
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "CONTAINERS_CONF": str(ROOT / "megaprov" / "lab_files" / "containers.conf"),
+        "NO_COLOR": "1",
+        "PY_COLORS": "0",
+        "ANSIBLE_FORCE_COLOR": "0",
+    }
+    proc = subprocess.run([str(bin_dir / "molecule"), "test", "-s", scenario], cwd=ROOT, capture_output=True, text=True, env=env, timeout=1500)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert "verify: Verifier completed successfully" in proc.stdout + proc.stderr
+    assert "idempotence: Executed: Successful" in proc.stdout + proc.stderr
