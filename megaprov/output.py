@@ -20,7 +20,10 @@ JSON_SCHEMA_VERSION = 1
 
 
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    # Logs and pipes get wide tables rather than rich's 80-column default.
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 140
+    return Console(stderr=stderr, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True, width=width)
 
 
 def _plain(value: Any) -> Any:
@@ -51,6 +54,7 @@ class RunProgress:
         self.quiet = quiet
         self.live = self.err.is_terminal and not quiet
         self.play = ""
+        self.announced = False
         self.task = ""
         self.done: set[str] = set()
         self.failed: set[str] = set()
@@ -68,9 +72,12 @@ class RunProgress:
         data = event.get("event_data") or {}
         if kind == "playbook_on_play_start":
             self.play = data.get("play", "")
-            if not self.quiet:
-                self.err.print(f"stage: {self.play}")
+            self.announced = False
         elif kind == "playbook_on_task_start":
+            if not self.announced and not self.quiet:
+                # Announce a stage when its first task starts: stages skipped by --tags stay silent.
+                self.err.print(f"stage: {self.play}", markup=False)
+                self.announced = True
             self.task = data.get("task", "")
             self.done.clear()
         elif kind in ("runner_on_ok", "runner_on_skipped", "runner_on_failed", "runner_on_unreachable"):

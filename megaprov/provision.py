@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,7 +155,7 @@ def _preflight_rows(result: runner.RunResult) -> tuple[list[dict[str, Any]], dic
 def preflight(request: Request) -> Report:
     spec, inventory = prepare(request, "preflight.yml", "preflight")
     # megaprov judges the verdict itself and prints the whole table, so the play must not stop at the first failure.
-    spec = runner.RunSpec(**{**spec.__dict__, "extravars": {**spec.extravars, "preflight_enforce": False}})
+    spec = dataclasses.replace(spec, extravars={**spec.extravars, "preflight_enforce": False})
     result = _execute(request, spec, inventory, (FACTS_ACTION,))
     code, error = _judge(result)
     rows, nodes = _preflight_rows(result)

@@ -134,3 +134,10 @@ def test_cluster_vars_match_the_defaults_file():
     assert set(defaults) == set(inv.CLUSTER_VARS)
     for name, value in defaults.items():
         assert inv.check_type(name, value, inv.CLUSTER_VARS[name]) is None, name
+
+
+def test_the_example_inventory_is_valid():
+    example = inv.load(ROOT / "inventories" / "example" / "inventory.ini", ROLES, DEFAULTS)
+    assert example.hosts_of("gpu_nodes") == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert example.host_var("gpu03", "megaprov_gpus_per_node") == 8
+    assert example.host_var("head01", "megaprov_gpu_expected") is False

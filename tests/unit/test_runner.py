@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 from megaprov import runner
@@ -63,7 +64,7 @@ def test_flags_map_to_runner_arguments():
 
 
 def test_mitogen_strategy_sets_the_plugin_path():
-    spec = runner.RunSpec(**{**SPEC.__dict__, "strategy": "mitogen"})
+    spec = dataclasses.replace(SPEC, **{"strategy": "mitogen"})
     env = runner.build_run_kwargs(spec, strategy_dir=Path("/site/ansible_mitogen/plugins/strategy"))["envvars"]
     assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
     assert env["ANSIBLE_STRATEGY_PLUGINS"] == "/site/ansible_mitogen/plugins/strategy"

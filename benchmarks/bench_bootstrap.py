@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Bootstrap speed on the lab: `lab up` cold and cached, bootstrap first run and idempotent re-run on
+1, 3 and 8 nodes with the default (linear) and the mitogen strategy. Prints figures; asserts nothing
+about time (the machine is noisy): compare the ratios from one run.
+
+    .venv/bin/python benchmarks/bench_bootstrap.py [--cold] [--nodes 1,3,8] [--strategies linear,mitogen]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = "bench"
+
+
+def megaprov(*argv: str) -> tuple[float, dict]:
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "megaprov", *argv, "--output", "json"], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}
+    )
+    seconds = time.monotonic() - start
+    doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    if proc.returncode != 0:
+        raise SystemExit(f"megaprov {' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
+    return seconds, doc
+
+
+def podman(*argv: str) -> None:
+    env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "megaprov" / "lab_files" / "containers.conf")}
+    subprocess.run(["podman", *argv], env=env, capture_output=True, check=False)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cold", action="store_true", help="also time lab up with no cached image (removes the images)")
+    parser.add_argument("--nodes", default="1,3,8")
+    parser.add_argument("--strategies", default="linear,mitogen")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.nodes.split(",")]
+    strategies = args.strategies.split(",")
+    rows: list[tuple[str, float, str]] = []
+
+    megaprov("lab", "down", "--name", LAB)
+    if args.cold:
+        podman("rmi", "-f", "localhost/megaprov-node:latest")
+        from megaprov.lab import BASE_IMAGE, image_tag
+
+        podman("rmi", "-f", image_tag())
+        podman("rmi", "-f", BASE_IMAGE)
+        seconds, _ = megaprov("lab", "up", "--nodes", "3", "--name", LAB)
+        rows.append(("lab up --nodes 3 (cold: debootstrap + build)", seconds, ""))
+        megaprov("lab", "down", "--name", LAB)
+    seconds, _ = megaprov("lab", "up", "--nodes", "3", "--name", LAB)
+    rows.append(("lab up --nodes 3 (cached image)", seconds, ""))
+    megaprov("lab", "down", "--name", LAB)
+
+    rerun: dict[tuple[str, int], float] = {}
+    for strategy in strategies:
+        for count in counts:
+            _, up = megaprov("lab", "up", "--nodes", str(count), "--name", LAB)
+            inventory = up["result"]["inventory"]
+            first, doc1 = megaprov("bootstrap", inventory, "--strategy", strategy)
+            second, doc2 = megaprov("bootstrap", inventory, "--strategy", strategy)
+            rows.append((f"bootstrap {count} node(s) {strategy}: first run", first, f"changed={doc1['result']['changed']}"))
+            rows.append((f"bootstrap {count} node(s) {strategy}: re-run", second, f"changed={doc2['result']['changed']}"))
+            rerun[(strategy, count)] = second
+            megaprov("lab", "down", "--name", LAB)
+
+    width = max(len(r[0]) for r in rows)
+    print(f"{'measurement':<{width}}  {'seconds':>8}  note")
+    for name, seconds, note in rows:
+        print(f"{name:<{width}}  {seconds:8.1f}  {note}")
+    for strategy in strategies:
+        if (strategy, 1) in rerun and (strategy, max(counts)) in rerun:
+            ratio = rerun[(strategy, max(counts))] / rerun[(strategy, 1)]
+            print(f"{strategy}: re-run on {max(counts)} nodes / re-run on 1 node = {ratio:.2f} (target <= 2)")
+        if (strategy, 3) in rerun:
+            print(f"{strategy}: re-run on 3 nodes = {rerun[(strategy, 3)]:.1f} s (target < 30 s)")
+    if "linear" in strategies and "mitogen" in strategies:
+        for count in counts:
+            print(f"{count} node(s): linear / mitogen re-run = {rerun[('linear', count)] / rerun[('mitogen', count)]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
