@@ -231,6 +231,8 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         "# Containers share the host's clock and cannot steer it; /proc/sys is read-only in them.\n"
         "common_chrony_steer_clock: false\n"
         "common_sysctl_apply: false\n"
+        "# The lab's disks are the host's: a short write test is enough.\n"
+        "preflight_write_test_mb: 64\n"
     )
     return inventory, group_vars
 
@@ -241,8 +243,12 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     if not 1 <= count <= MAX_NODES:
         raise UsageError(f"--nodes {count} is out of range", f"use 1 to {MAX_NODES}")
     existing = nodes(lab)
-    if existing and (len(existing) != count or any(n.state != "running" for n in existing)):
+    if existing and len(existing) != count:
         raise UsageError(f"lab {lab!r} already exists with {len(existing)} node(s)", f"run `megaprov lab down --name {lab}` first")
+    for node in existing:
+        if node.state != "running":  # stopped by a reboot or the end of a session: start it again
+            progress(f"start stopped {node.container}")
+            podman("start", node.container)
     directory = lab_dir(root, lab)
     key = directory / "id_ed25519"
     known_hosts = directory / "known_hosts"

@@ -38,6 +38,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def lab3():
     """A 3-node lab for the whole session, removed at the end whatever happens."""
+    megaprov("lab", "down", "--name", LAB, "--output", "json")  # leftovers of an interrupted run
     code, doc, err = megaprov("lab", "up", "--nodes", "3", "--name", LAB, "--output", "json")
     try:
         assert code == 0, err
