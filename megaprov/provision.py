@@ -16,6 +16,7 @@ from megaprov.paths import fact_cache_dir, project_root, state_dir
 from megaprov.stages import KNOWN_TAGS
 
 FACTS_ACTION = "megaprov_node_facts"
+MESH_ACTION = "megaprov_ssh_check"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Report:
     failures: list[runner.Failure]
     checks: list[dict[str, Any]] = field(default_factory=list)
     nodes: dict[str, Any] = field(default_factory=dict)
+    mesh: list[dict[str, Any]] = field(default_factory=list)
     exit_code: ExitCode = ExitCode.OK
     error: str | None = None
 
@@ -120,9 +122,12 @@ def _execute(request: Request, spec: runner.RunSpec, inventory: inv.Inventory, c
 
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
-    result = _execute(request, spec, inventory, (FACTS_ACTION,))
+    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION))
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)
+    mesh = sorted(
+        (pair for item in result.results if item.action == MESH_ACTION for pair in item.res.get("pairs", [])), key=lambda p: (p["source"], p["peer"])
+    )
     return Report(
         str(inventory.path),
         "bootstrap.yml",
@@ -134,6 +139,7 @@ def bootstrap(request: Request) -> Report:
         result.failures,
         checks,
         nodes,
+        mesh,
         code,
         error,
     )
@@ -175,6 +181,7 @@ def preflight(request: Request) -> Report:
         result.failures,
         rows,
         nodes,
+        [],
         code,
         error,
     )
@@ -196,6 +203,12 @@ def render_bootstrap(report: Report) -> None:
             if any(r["status"] != "pass" for r in report.checks)
             else "preflight: every check passed"
         )
+    if report.mesh:
+        bad = [p["line"] for p in report.mesh if not p["ok"]]
+        slowest = max(p["seconds"] for p in report.mesh)
+        out.print(f"ssh mesh: {len(report.mesh) - len(bad)}/{len(report.mesh)} pairs connect without a prompt (slowest {slowest:.2f}s)", markup=False)
+        for line in bad:
+            out.print(f"  {line}", markup=False)
     _render_failures(report)
     verdict = "ok" if report.ok else "FAILED"
     out.print(f"bootstrap {verdict}: {report.changed} change(s) in {report.seconds:.1f}s; artifacts: {report.artifacts}", markup=False)
