@@ -164,23 +164,29 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
     raise UsageError(f"megaprov lab: unknown ACTION {args.lab_command}", "use up, status or down")
 
 
-def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
-    from megaprov import provision
+def _request(args: argparse.Namespace, **flags: Any) -> Any:
+    from megaprov import provision, runner
 
-    tags = tuple(t for t in args.tags.split(",") if t)
-    skip = tuple(t for t in args.skip_tags.split(",") if t)
-    request = provision.Request(
-        inventory=Path(args.inventory),
+    options = runner.RunOptions(
         limit=args.limit,
-        tags=tags,
-        skip_tags=skip,
-        check=args.check,
-        diff=args.diff,
         forks=args.forks,
         extravars=_extravars(args.extra_vars),
         strategy=args.strategy,
         verbosity=args.verbose,
-        quiet=args.output == "json",
+        **flags,
+    )
+    return provision.Request(inventory=Path(args.inventory), options=options, quiet=args.output == "json")
+
+
+def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
+    from megaprov import provision
+
+    request = _request(
+        args,
+        tags=tuple(t for t in args.tags.split(",") if t),
+        skip_tags=tuple(t for t in args.skip_tags.split(",") if t),
+        check=args.check,
+        diff=args.diff,
     )
     report = provision.bootstrap(request)
     if args.output == "text":
@@ -191,16 +197,7 @@ def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
 def _cmd_preflight(args: argparse.Namespace) -> Outcome:
     from megaprov import provision
 
-    request = provision.Request(
-        inventory=Path(args.inventory),
-        limit=args.limit,
-        forks=args.forks,
-        extravars=_extravars(args.extra_vars),
-        strategy=args.strategy,
-        verbosity=args.verbose,
-        quiet=args.output == "json",
-    )
-    report = provision.preflight(request)
+    report = provision.preflight(_request(args))
     if args.output == "text":
         provision.render_preflight(report)
     return Outcome("preflight", report, report.exit_code, report.error)

@@ -22,15 +22,7 @@ MESH_ACTION = "megaprov_ssh_check"
 @dataclass(frozen=True)
 class Request:
     inventory: Path
-    limit: str | None = None
-    tags: tuple[str, ...] = ()
-    skip_tags: tuple[str, ...] = ()
-    check: bool = False
-    diff: bool = False
-    forks: int | None = None
-    extravars: dict[str, Any] = field(default_factory=dict)
-    strategy: str = "linear"
-    verbosity: int = 0
+    options: runner.RunOptions = field(default_factory=runner.RunOptions)
     quiet: bool = False
 
 
@@ -73,27 +65,20 @@ def prepare(request: Request, playbook: str, label: str) -> tuple[runner.RunSpec
     """Everything that can be checked without a host; raises before anything is contacted."""
     root = project_root()
     inventory = inv.load(request.inventory, root / "roles", defaults=root / "inventories" / "defaults.yml")
+    opts = request.options
     specs, prefixes = inv.all_specs(root / "roles")
-    inv.validate_vars(request.extravars, "-e", specs, prefixes)
-    check_tags("--tags", request.tags)
-    check_tags("--skip-tags", request.skip_tags)
-    if request.limit:
-        check_limit(request.limit, inventory)
+    inv.validate_vars(opts.extravars, "-e", specs, prefixes)
+    check_tags("--tags", opts.tags)
+    check_tags("--skip-tags", opts.skip_tags)
+    if opts.limit:
+        check_limit(opts.limit, inventory)
     spec = runner.RunSpec(
         playbook=root / "playbooks" / playbook,
         inventories=(root / "inventories" / "defaults.yml", inventory.path),
         private_data_dir=runner.new_private_dir(state_dir(), label),
         project_root=root,
         fact_cache_dir=fact_cache_dir(inventory.path),
-        limit=request.limit,
-        tags=request.tags,
-        skip_tags=request.skip_tags,
-        check=request.check,
-        diff=request.diff,
-        forks=request.forks,
-        extravars=request.extravars,
-        strategy=request.strategy,
-        verbosity=request.verbosity,
+        options=opts,
     )
     return spec, inventory
 
@@ -120,6 +105,22 @@ def _execute(request: Request, spec: runner.RunSpec, inventory: inv.Inventory, c
         progress.stop()
 
 
+def _report(inventory: inv.Inventory, playbook: str, result: runner.RunResult, code: ExitCode, error: str | None, **found: Any) -> Report:
+    return Report(
+        inventory=str(inventory.path),
+        playbook=playbook,
+        ok=code == ExitCode.OK,
+        changed=result.changed,
+        seconds=result.seconds,
+        artifacts=str(result.artifacts),
+        hosts=result.hosts,
+        failures=result.failures,
+        exit_code=code,
+        error=error,
+        **found,
+    )
+
+
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
     result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION))
@@ -128,21 +129,7 @@ def bootstrap(request: Request) -> Report:
     mesh = sorted(
         (pair for item in result.results if item.action == MESH_ACTION for pair in item.res.get("pairs", [])), key=lambda p: (p["source"], p["peer"])
     )
-    return Report(
-        str(inventory.path),
-        "bootstrap.yml",
-        code == ExitCode.OK,
-        result.changed,
-        result.seconds,
-        str(result.artifacts),
-        result.hosts,
-        result.failures,
-        checks,
-        nodes,
-        mesh,
-        code,
-        error,
-    )
+    return _report(inventory, "bootstrap.yml", result, code, error, checks=checks, nodes=nodes, mesh=mesh)
 
 
 def _preflight_rows(result: runner.RunResult) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -161,7 +148,8 @@ def _preflight_rows(result: runner.RunResult) -> tuple[list[dict[str, Any]], dic
 def preflight(request: Request) -> Report:
     spec, inventory = prepare(request, "preflight.yml", "preflight")
     # megaprov judges the verdict itself and prints the whole table, so the play must not stop at the first failure.
-    spec = dataclasses.replace(spec, extravars={**spec.extravars, "preflight_enforce": False})
+    options = dataclasses.replace(spec.options, extravars={**spec.options.extravars, "preflight_enforce": False})
+    spec = dataclasses.replace(spec, options=options)
     result = _execute(request, spec, inventory, (FACTS_ACTION,))
     code, error = _judge(result)
     rows, nodes = _preflight_rows(result)
@@ -170,21 +158,7 @@ def preflight(request: Request) -> Report:
         if failed:
             code = ExitCode.VERDICT_FAILED
             error = "; ".join(f"{r['host']}: {r['check']}: {r['reason']}" for r in failed[:5])
-    return Report(
-        str(inventory.path),
-        "preflight.yml",
-        code == ExitCode.OK,
-        result.changed,
-        result.seconds,
-        str(result.artifacts),
-        result.hosts,
-        result.failures,
-        rows,
-        nodes,
-        [],
-        code,
-        error,
-    )
+    return _report(inventory, "preflight.yml", result, code, error, checks=rows, nodes=nodes)
 
 
 def _render_failures(report: Report) -> None:

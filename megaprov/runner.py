@@ -26,12 +26,9 @@ KEEP_RUNS = 30
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    playbook: Path
-    inventories: tuple[Path, ...]
-    private_data_dir: Path
-    project_root: Path
-    fact_cache_dir: Path
+class RunOptions:
+    """What a user may choose about a run (the bootstrap/preflight flags)."""
+
     limit: str | None = None
     tags: tuple[str, ...] = ()
     skip_tags: tuple[str, ...] = ()
@@ -41,6 +38,16 @@ class RunSpec:
     extravars: dict[str, Any] = field(default_factory=dict)
     strategy: str = "linear"
     verbosity: int = 0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    playbook: Path
+    inventories: tuple[Path, ...]
+    private_data_dir: Path
+    project_root: Path
+    fact_cache_dir: Path
+    options: RunOptions = field(default_factory=RunOptions)
 
 
 @dataclass
@@ -110,10 +117,11 @@ def search_path() -> str:
 
 def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str | None = None) -> dict[str, Any]:
     """Keyword arguments for ``ansible_runner.run``. Pure: no I/O."""
+    opts = spec.options
     cmdline: list[str] = []
-    if spec.check:
+    if opts.check:
         cmdline.append("--check")
-    if spec.diff:
+    if opts.diff:
         cmdline.append("--diff")
     envvars = {
         "ANSIBLE_CONFIG": str(spec.project_root / "ansible.cfg"),
@@ -124,18 +132,18 @@ def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str 
         "ANSIBLE_FORCE_COLOR": "False",
         "PYTHONUNBUFFERED": "1",
     }
-    if spec.strategy == "mitogen":
+    if opts.strategy == "mitogen":
         envvars["ANSIBLE_STRATEGY_PLUGINS"] = str(strategy_dir)
         envvars["ANSIBLE_STRATEGY"] = "mitogen_linear"
-    elif spec.strategy != "linear":
-        envvars["ANSIBLE_STRATEGY"] = spec.strategy
+    elif opts.strategy != "linear":
+        envvars["ANSIBLE_STRATEGY"] = opts.strategy
     kwargs: dict[str, Any] = {
         "private_data_dir": str(spec.private_data_dir),
         "project_dir": str(spec.project_root),
         "playbook": str(spec.playbook),
         "inventory": [str(p) for p in spec.inventories],
         "envvars": envvars,
-        "extravars": dict(spec.extravars),
+        "extravars": dict(opts.extravars),
         # Fresh private_data_dir per run, and no env/ files: stale extravars can never leak in.
         "suppress_env_files": True,
         # The fact cache is ours (shared across runs), not one per artifact directory.
@@ -148,16 +156,16 @@ def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str 
         envvars["PATH"] = path
     if cmdline:
         kwargs["cmdline"] = shlex.join(cmdline)
-    if spec.tags:
-        kwargs["tags"] = ",".join(spec.tags)
-    if spec.skip_tags:
-        kwargs["skip_tags"] = ",".join(spec.skip_tags)
-    if spec.limit:
-        kwargs["limit"] = spec.limit
-    if spec.forks:
-        kwargs["forks"] = spec.forks
-    if spec.verbosity:
-        kwargs["verbosity"] = spec.verbosity
+    if opts.tags:
+        kwargs["tags"] = ",".join(opts.tags)
+    if opts.skip_tags:
+        kwargs["skip_tags"] = ",".join(opts.skip_tags)
+    if opts.limit:
+        kwargs["limit"] = opts.limit
+    if opts.forks:
+        kwargs["forks"] = opts.forks
+    if opts.verbosity:
+        kwargs["verbosity"] = opts.verbosity
     return kwargs
 
 
@@ -255,7 +263,7 @@ def run(spec: RunSpec, on_event: Callable[[dict[str, Any]], None] | None = None,
     """Run a playbook through ansible-runner and return what happened."""
     import ansible_runner  # imported here so that `megaprov --help` stays fast
 
-    strategy_dir = mitogen_strategy_dir() if spec.strategy == "mitogen" else None
+    strategy_dir = mitogen_strategy_dir() if spec.options.strategy == "mitogen" else None
     spec.fact_cache_dir.mkdir(parents=True, exist_ok=True)
     folder = EventFolder(collect)
 

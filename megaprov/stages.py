@@ -8,5 +8,14 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("base", "packages, time sync, /etc/hosts, limits, sysctl"),
     ("ssh_mesh", "cluster user, cluster key, pinned known_hosts, all-pairs SSH check"),
 )
-ROLE_TAGS: tuple[str, ...] = ("preflight", "common", "ssh_mesh")
+ROLE_TAGS: tuple[str, ...] = (
+    "preflight",
+    "common",
+    "common_install",
+    "common_configure",
+    "ssh_mesh",
+    "ssh_mesh_install",
+    "ssh_mesh_configure",
+    "ssh_mesh_check",
+)
 KNOWN_TAGS: frozenset[str] = frozenset({name for name, _ in STAGES} | set(ROLE_TAGS) | {"always", "never", "all"})

@@ -97,3 +97,22 @@ def test_strict_host_key_checking_is_never_disabled():
         if path.is_file() and path.suffix != ".md":
             text = path.read_text(errors="replace")
             assert "StrictHostKeyChecking=no" not in text and "host_key_checking = False" not in text, path
+
+
+def _tags(node):
+    if isinstance(node, dict):
+        tags = node.get("tags", [])
+        yield from [tags] if isinstance(tags, str) else tags
+        for value in node.values():
+            yield from _tags(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _tags(item)
+
+
+def test_every_tag_in_roles_and_playbooks_is_accepted_by_the_cli():
+    used = set()
+    for path in list((ROOT / "roles").rglob("tasks/*.yml")) + list((ROOT / "playbooks").glob("*.yml")):
+        used |= set(_tags(yaml.safe_load(path.read_text())))
+    assert used <= KNOWN_TAGS, used - KNOWN_TAGS
+    assert {"common_install", "ssh_mesh_check", "preflight", "base"} <= used

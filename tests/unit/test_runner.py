@@ -38,19 +38,10 @@ def test_default_kwargs_are_exact():
 
 
 def test_flags_map_to_runner_arguments():
-    spec = runner.RunSpec(
-        **{
-            **SPEC.__dict__,
-            "limit": "gpu_nodes",
-            "tags": ("base", "ssh_mesh"),
-            "skip_tags": ("preflight",),
-            "check": True,
-            "diff": True,
-            "forks": 16,
-            "extravars": {"a": 1},
-            "verbosity": 2,
-        }
+    options = runner.RunOptions(
+        limit="gpu_nodes", tags=("base", "ssh_mesh"), skip_tags=("preflight",), check=True, diff=True, forks=16, extravars={"a": 1}, verbosity=2
     )
+    spec = dataclasses.replace(SPEC, options=options)
     kwargs = runner.build_run_kwargs(spec)
     assert kwargs["cmdline"] == "--check --diff"
     assert (kwargs["limit"], kwargs["tags"], kwargs["skip_tags"], kwargs["forks"], kwargs["verbosity"]) == (
@@ -64,7 +55,7 @@ def test_flags_map_to_runner_arguments():
 
 
 def test_mitogen_strategy_sets_the_plugin_path():
-    spec = dataclasses.replace(SPEC, **{"strategy": "mitogen"})
+    spec = dataclasses.replace(SPEC, options=runner.RunOptions(strategy="mitogen"))
     env = runner.build_run_kwargs(spec, strategy_dir=Path("/site/ansible_mitogen/plugins/strategy"))["envvars"]
     assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
     assert env["ANSIBLE_STRATEGY_PLUGINS"] == "/site/ansible_mitogen/plugins/strategy"
