@@ -47,6 +47,10 @@ def main() -> int:
     strategies = args.strategies.split(",")
     rows: list[tuple[str, float, str]] = []
 
+    def record(name: str, seconds: float, note: str = "") -> None:
+        rows.append((name, seconds, note))
+        print(f"{name:<48}  {seconds:8.1f}  {note}", flush=True)  # as measured: a failure later keeps these
+
     megaprov("lab", "down", "--name", LAB)
     if args.cold:
         podman("rmi", "-f", "localhost/megaprov-node:latest")
@@ -55,10 +59,10 @@ def main() -> int:
         podman("rmi", "-f", image_tag())
         podman("rmi", "-f", BASE_IMAGE)
         seconds, _ = megaprov("lab", "up", "--nodes", "3", "--name", LAB)
-        rows.append(("lab up --nodes 3 (cold: debootstrap + build)", seconds, ""))
+        record("lab up --nodes 3 (cold: debootstrap + build)", seconds)
         megaprov("lab", "down", "--name", LAB)
     seconds, _ = megaprov("lab", "up", "--nodes", "3", "--name", LAB)
-    rows.append(("lab up --nodes 3 (cached image)", seconds, ""))
+    record("lab up --nodes 3 (cached image)", seconds)
     megaprov("lab", "down", "--name", LAB)
 
     rerun: dict[tuple[str, int], float] = {}
@@ -68,15 +72,12 @@ def main() -> int:
             inventory = up["result"]["inventory"]
             first, doc1 = megaprov("bootstrap", inventory, "--strategy", strategy)
             second, doc2 = megaprov("bootstrap", inventory, "--strategy", strategy)
-            rows.append((f"bootstrap {count} node(s) {strategy}: first run", first, f"changed={doc1['result']['changed']}"))
-            rows.append((f"bootstrap {count} node(s) {strategy}: re-run", second, f"changed={doc2['result']['changed']}"))
+            record(f"bootstrap {count} node(s) {strategy}: first run", first, f"changed={doc1['result']['changed']}")
+            record(f"bootstrap {count} node(s) {strategy}: re-run", second, f"changed={doc2['result']['changed']}")
             rerun[(strategy, count)] = second
             megaprov("lab", "down", "--name", LAB)
 
-    width = max(len(r[0]) for r in rows)
-    print(f"{'measurement':<{width}}  {'seconds':>8}  note")
-    for name, seconds, note in rows:
-        print(f"{name:<{width}}  {seconds:8.1f}  {note}")
+    print()
     for strategy in strategies:
         if (strategy, 1) in rerun and (strategy, max(counts)) in rerun:
             ratio = rerun[(strategy, max(counts))] / rerun[(strategy, 1)]

@@ -179,7 +179,10 @@ def _seconds(start: str | None, end: str | None) -> tuple[float, float] | None:
 
 
 def _message(res: dict[str, Any]) -> str:
-    for key in ("msg", "stderr", "reason", "module_stderr", "stdout"):
+    keys = ("msg", "stderr", "reason", "module_stderr", "stdout")
+    if res.get("msg") == "non-zero return code":  # a command: its own words are more useful
+        keys = ("stderr", "stdout", "msg")
+    for key in keys:
         value = res.get(key)
         if value:
             text = str(value).strip()

@@ -121,3 +121,10 @@ def test_the_first_playbook_error_is_extracted():
     )
     assert runner.first_error_line("ERROR! the playbook: x.yml could not be found\n") == "the playbook: x.yml could not be found"
     assert runner.first_error_line("PLAY RECAP\nok=1\n") == ""
+
+
+def test_a_failed_command_is_explained_by_its_stderr():
+    folder = runner.EventFolder()
+    res = {"msg": "non-zero return code", "rc": 100, "stderr": "E: Unable to locate package python3-apt\nW: stale lists", "stdout": ""}
+    folder(_event("runner_on_failed", "n1", "Install python3-apt", res=res))
+    assert folder.failures[0].message == "W: stale lists"
