@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="Ansible strategy; mitogen is faster, opt-in (env MEGAPROV_STRATEGY)",
         )
         p.add_argument("--output", choices=("text", "json"), default="text")
+        p.add_argument("--flush-cache", action="store_true", help="forget cached facts (after a node was reinstalled or readdressed)")
         p.add_argument("-v", "--verbose", action="count", default=0, help="more Ansible output in the artifacts")
 
     boot = sub.add_parser("bootstrap", help="provision and validate the cluster")
@@ -173,6 +174,7 @@ def _request(args: argparse.Namespace, **flags: Any) -> Any:
         extravars=_extravars(args.extra_vars),
         strategy=args.strategy,
         verbosity=args.verbose,
+        flush_cache=args.flush_cache,
         **flags,
     )
     return provision.Request(inventory=Path(args.inventory), options=options, quiet=args.output == "json")

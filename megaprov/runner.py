@@ -38,6 +38,7 @@ class RunOptions:
     extravars: dict[str, Any] = field(default_factory=dict)
     strategy: str = "linear"
     verbosity: int = 0
+    flush_cache: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,8 @@ def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str 
         cmdline.append("--check")
     if opts.diff:
         cmdline.append("--diff")
+    if opts.flush_cache:
+        cmdline.append("--flush-cache")
     envvars = {
         "ANSIBLE_CONFIG": str(spec.project_root / "ansible.cfg"),
         # ansible-runner turns host key checking off unless told otherwise: keys stay pinned.
@@ -179,7 +182,7 @@ def _seconds(start: str | None, end: str | None) -> tuple[float, float] | None:
 
 
 def _message(res: dict[str, Any]) -> str:
-    keys = ("msg", "stderr", "reason", "module_stderr", "stdout")
+    keys: tuple[str, ...] = ("msg", "stderr", "reason", "module_stderr", "stdout")
     if res.get("msg") == "non-zero return code":  # a command: its own words are more useful
         keys = ("stderr", "stdout", "msg")
     for key in keys:

@@ -39,11 +39,19 @@ def test_default_kwargs_are_exact():
 
 def test_flags_map_to_runner_arguments():
     options = runner.RunOptions(
-        limit="gpu_nodes", tags=("base", "ssh_mesh"), skip_tags=("preflight",), check=True, diff=True, forks=16, extravars={"a": 1}, verbosity=2
+        limit="gpu_nodes",
+        tags=("base", "ssh_mesh"),
+        skip_tags=("preflight",),
+        check=True,
+        diff=True,
+        forks=16,
+        extravars={"a": 1},
+        verbosity=2,
+        flush_cache=True,
     )
     spec = dataclasses.replace(SPEC, options=options)
     kwargs = runner.build_run_kwargs(spec)
-    assert kwargs["cmdline"] == "--check --diff"
+    assert kwargs["cmdline"] == "--check --diff --flush-cache"
     assert (kwargs["limit"], kwargs["tags"], kwargs["skip_tags"], kwargs["forks"], kwargs["verbosity"]) == (
         "gpu_nodes",
         "base,ssh_mesh",

@@ -15,6 +15,7 @@ options:
   scratch_dir: {description: Directory whose free space and write speed are measured., type: path, required: true}
   write_test_mb: {description: Megabytes written for the throughput test (0 skips it)., type: int, default: 256}
   requirements: {description: Thresholds (see roles/preflight/defaults/main.yml)., type: dict, required: true}
+  facts_path: {description: Where the stable facts are stored as JSON (a local fact); unchanged content is not rewritten., type: path}
 """
 
 RETURN = r"""
@@ -26,7 +27,9 @@ warnings_list: {description: "The warning checks as 'check: reason (value)'.", t
 """
 
 import glob
+import json
 import os
+import tempfile
 import platform
 import shutil
 import subprocess
@@ -184,6 +187,24 @@ def judge(node, req):
     return rows
 
 
+def store_facts(module, path, stable):
+    """Write the stable facts as a local fact file; True when the content changed. Honors check mode."""
+    content = json.dumps(stable, indent=2, sort_keys=True) + "\n"
+    if _read(path, None) == content.strip():
+        return False
+    if module.check_mode:
+        return True
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".megaprov_preflight.")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(content)
+    os.chmod(tmp, 0o644)
+    module.atomic_move(tmp, path)
+    return True
+
+
 def run_text(module, args):
     if not shutil.which(args[0]):
         return None
@@ -194,7 +215,7 @@ def run_text(module, args):
 def main():
     module = AnsibleModule(
         argument_spec={"scratch_dir": {"type": "path", "required": True}, "write_test_mb": {"type": "int", "default": 256},
-                       "requirements": {"type": "dict", "required": True}},
+                       "requirements": {"type": "dict", "required": True}, "facts_path": {"type": "path"}},
         supports_check_mode=True,
     )
     scratch = module.params["scratch_dir"]
@@ -227,7 +248,8 @@ def main():
     checks = judge(node, module.params["requirements"])
     problems = ["%s: %s (%s)" % (c["check"], c["reason"], c["value"]) for c in checks if c["status"] == "fail"]
     warnings = ["%s: %s (%s)" % (c["check"], c["reason"], c["value"]) for c in checks if c["status"] == "warn"]
-    module.exit_json(changed=False, node=node, stable=stable, checks=checks, problems=problems, warnings_list=warnings)
+    changed = store_facts(module, module.params["facts_path"], stable) if module.params["facts_path"] else False
+    module.exit_json(changed=changed, node=node, stable=stable, checks=checks, problems=problems, warnings_list=warnings)
 
 
 if __name__ == "__main__":
