@@ -20,12 +20,25 @@ ROOT = Path(__file__).resolve().parent.parent
 LAB = "bench"
 
 
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine: the lab's nodes share these CPUs with the controller."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+LAST_BUSY = [0.0]
+
+
 def megaprov(*argv: str) -> tuple[float, dict]:
+    busy0, total0 = cpu_times()
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "megaprov", *argv, "--output", "json"], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}
     )
     seconds = time.monotonic() - start
+    busy1, total1 = cpu_times()
+    LAST_BUSY[0] = (busy1 - busy0) / max(1, total1 - total0)
     doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
     if proc.returncode != 0:
         raise SystemExit(f"megaprov {' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
@@ -48,6 +61,7 @@ def main() -> int:
     rows: list[tuple[str, float, str]] = []
 
     def record(name: str, seconds: float, note: str = "") -> None:
+        note = f"{note} cpu busy {LAST_BUSY[0]:.0%} of {os.cpu_count()} cores".strip()
         rows.append((name, seconds, note))
         print(f"{name:<48}  {seconds:8.1f}  {note}", flush=True)  # as measured: a failure later keeps these
 
@@ -71,8 +85,8 @@ def main() -> int:
             _, up = megaprov("lab", "up", "--nodes", str(count), "--name", LAB)
             inventory = up["result"]["inventory"]
             first, doc1 = megaprov("bootstrap", inventory, "--strategy", strategy)
-            second, doc2 = megaprov("bootstrap", inventory, "--strategy", strategy)
             record(f"bootstrap {count} node(s) {strategy}: first run", first, f"changed={doc1['result']['changed']}")
+            second, doc2 = megaprov("bootstrap", inventory, "--strategy", strategy)
             record(f"bootstrap {count} node(s) {strategy}: re-run", second, f"changed={doc2['result']['changed']}")
             rerun[(strategy, count)] = second
             megaprov("lab", "down", "--name", LAB)
