@@ -8,13 +8,19 @@ export CONTAINERS_CONF="$PWD/megaprov/lab_files/containers.conf"
 export PATH="$PWD/.venv/bin:$PATH"
 # megaprov supports Python 3.11 and 3.12 controllers: where a 3.12 interpreter exists, the unit and CLI
 # tests run on it too (the main run below uses the setup's interpreter).
-if [ -z "${MEGAPROV_SKIP_PY312:-}" ] && command -v python3.12 >/dev/null && [ "$(.venv/bin/python -c 'import sys; print(sys.version_info[:2] >= (3, 12))')" = False ]; then
+PY312=""
+for candidate in python3.12 /usr/bin/python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do
+  if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then PY312=$candidate; break; fi
+done
+if [ -z "${MEGAPROV_SKIP_PY312:-}" ] && [ -n "$PY312" ] && [ "$(.venv/bin/python -c 'import sys; print(sys.version_info[:2] >= (3, 12))')" = False ]; then
   if [ ! -x .venv312/bin/pytest ]; then
-    python3.12 -m venv .venv312
+    "$PY312" -m venv .venv312
     .venv312/bin/pip install -q -e ".[mitogen]" pytest
   fi
   echo "test: unit and CLI tests on $(.venv312/bin/python --version)"
   .venv312/bin/pytest -q -p no:cacheprovider tests/unit tests/cli
+else
+  echo "test: no Python 3.12 here; the unit and CLI tests run on $(.venv/bin/python --version) only"
 fi
 # pytest exits 5 when it collected no test: set -e makes that a failure, never a silent pass.
 exec .venv/bin/pytest tests "$@"
