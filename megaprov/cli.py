@@ -16,6 +16,7 @@ import yaml
 from megaprov import __version__
 from megaprov.errors import ExitCode, MegaprovError, UsageError
 from megaprov.output import console, envelope, print_json
+from megaprov.runner import STRATEGIES
 
 PROG = "megaprov"
 
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--forks", type=_positive, help="parallel hosts (default from ansible.cfg)")
         p.add_argument(
             "--strategy",
-            choices=("linear", "free", "mitogen"),
+            choices=STRATEGIES,
             default=os.environ.get("MEGAPROV_STRATEGY", "linear"),
             help="Ansible strategy; mitogen is faster, opt-in (env MEGAPROV_STRATEGY)",
         )
@@ -168,6 +169,8 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
 def _request(args: argparse.Namespace, **flags: Any) -> Any:
     from megaprov import provision, runner
 
+    if args.strategy not in STRATEGIES:  # argparse does not check a default taken from the environment
+        raise UsageError(f"MEGAPROV_STRATEGY={args.strategy!r} is not a strategy", "use " + ", ".join(STRATEGIES))
     options = runner.RunOptions(
         limit=args.limit,
         forks=args.forks,

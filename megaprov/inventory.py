@@ -54,14 +54,6 @@ class Host:
     vars: dict[str, Any] = field(default_factory=dict)
     line: str = ""
 
-    @property
-    def address(self) -> str:
-        return str(self.vars.get("ansible_host", self.name))
-
-    @property
-    def port(self) -> int:
-        return int(self.vars.get("ansible_port", 22))
-
 
 @dataclass
 class Inventory:

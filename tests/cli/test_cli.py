@@ -117,3 +117,10 @@ def test_version(capsys):
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith("megaprov ")
+
+
+def test_a_bad_strategy_from_the_environment_is_refused(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAPROV_STRATEGY", "fast")
+    code, _, err = run(capsys, "bootstrap", inventory(tmp_path, GOOD))
+    assert code == ExitCode.USAGE
+    assert "MEGAPROV_STRATEGY='fast' is not a strategy: use linear, free, mitogen" in one_error_line(err)
