@@ -124,7 +124,7 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
     if not args.lab_command:
         raise UsageError("megaprov lab: missing ACTION", "use `megaprov lab up`, `megaprov lab status` or `megaprov lab down`")
     from megaprov import lab
-    from megaprov.paths import fact_cache_dir, project_root
+    from megaprov.paths import project_root
 
     root = project_root()
     out, err = console(), console(stderr=True)
@@ -135,13 +135,7 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
             err.print(f"lab: {message}", markup=False)
 
     if args.lab_command == "up":
-        inventory = lab.up(root, args.name, args.nodes, progress)
-        cache = fact_cache_dir(inventory)
-        if cache.exists():
-            import shutil
-
-            shutil.rmtree(cache)
-        members = lab.nodes(args.name)
+        inventory, members = lab.up(root, args.name, args.nodes, progress)
         if not quiet:
             out.print(f"lab {args.name}: {len(members)} node(s) up; inventory: {inventory}", markup=False)
         return Outcome("lab up", {"name": args.name, "inventory": str(inventory), "nodes": members})

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megaprov.errors import EnvironmentProblem, UsageError
-from megaprov.paths import LAB_FILES
+from megaprov.paths import LAB_FILES, fact_cache_dir
 
 Progress = Callable[[str], None]
 BASE_IMAGE = "localhost/megaprov-base:bookworm"
@@ -137,28 +137,38 @@ def ensure_image(progress: Progress = _quiet, mirror: str | None = None) -> str:
     return tag
 
 
-def nodes(lab: str | None = None) -> list[Node]:
-    """Lab containers (of one lab, or all), in node order."""
+def _inspect(lab: str | None) -> list[tuple[str, Node]]:
+    """(lab name, node) for every lab container, or those of one lab: one `podman ps` and one `podman inspect`."""
     label = f"{LABEL}={lab}" if lab else LABEL
-    out = podman("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}")
-    found: list[Node] = []
-    for cname in sorted(n for n in out.split() if n):
-        info = podman(
-            "inspect", "--format", "{{.State.Status}}|{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}|{{.Config.Hostname}}", cname
-        ).strip()
-        state, address, hostname = (info.split("|") + ["", "", ""])[:3]
-        found.append(Node(hostname, cname, address, state))
-    return sorted(found, key=lambda n: (n.container.rsplit("node", 1)[0], int(n.container.rsplit("node", 1)[1] or 0)))
+    names = podman("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}").split()
+    if not names:
+        return []
+    fields = [
+        '{{index .Config.Labels "' + LABEL + '"}}',
+        "{{.Name}}",
+        "{{.State.Status}}",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        "{{.Config.Hostname}}",
+    ]
+    fmt = "|".join(fields)
+    found = []
+    for line in podman("inspect", "--format", fmt, *names).splitlines():
+        owner, cname, state, address, hostname = (line.split("|") + [""] * 5)[:5]
+        found.append((owner, Node(hostname, cname, address, state)))
+    return sorted(found, key=lambda item: (item[0], int(item[1].container.rsplit("node", 1)[1] or 0)))
+
+
+def nodes(lab: str) -> list[Node]:
+    """The containers of one lab, in node order."""
+    return [node for _, node in _inspect(lab)]
 
 
 def labs() -> dict[str, list[Node]]:
-    out = podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Labels}}|{{.Names}}")
-    names = set()
-    for line in out.splitlines():
-        for part in line.split("|")[0].strip("map[]").split():
-            if part.startswith(LABEL + ":"):
-                names.add(part.split(":", 1)[1])
-    return {name: nodes(name) for name in sorted(names)}
+    """Every lab on this machine with its nodes."""
+    found: dict[str, list[Node]] = {}
+    for owner, node in _inspect(None):
+        found.setdefault(owner, []).append(node)
+    return found
 
 
 def _wait_booted(cname: str, deadline: float) -> None:
@@ -237,8 +247,8 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
     return inventory, group_vars
 
 
-def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeout: float = 120) -> Path:
-    """Start the lab (or reuse it when it already runs with ``count`` nodes); return the inventory path."""
+def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeout: float = 120) -> tuple[Path, list[Node]]:
+    """Start the lab (or restart/reuse it with ``count`` nodes); return the inventory path and the nodes."""
     validate_name(lab)
     if not 1 <= count <= MAX_NODES:
         raise UsageError(f"--nodes {count} is out of range", f"use 1 to {MAX_NODES}")
@@ -309,7 +319,9 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     (directory / "group_vars" / "all.yml").write_text(group_vars)
     path = directory / "inventory.ini"
     path.write_text(inventory)
-    return path
+    # Addresses and host keys may have changed: facts cached for this inventory are stale.
+    shutil.rmtree(fact_cache_dir(path), ignore_errors=True)
+    return path, members
 
 
 def down(root: Path, lab: str, progress: Progress = _quiet) -> list[str]:
