@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -36,6 +37,7 @@ class Outcome:
     result: Any = field(default_factory=dict)
     code: ExitCode = ExitCode.OK
     error: str | None = None
+    quiet: bool = False  # the command printed its own document (no envelope)
 
 
 def _extravars(values: list[str]) -> dict[str, Any]:
@@ -115,9 +117,170 @@ def build_parser() -> argparse.ArgumentParser:
     lab_status = lab_sub.add_parser("status", help="list lab nodes")
     lab_status.add_argument("--output", choices=("text", "json"), default="text")
     lab_down = lab_sub.add_parser("down", help="remove what lab up made")
+    _job_parsers(sub)
     lab_down.add_argument("--name", default="default")
     lab_down.add_argument("--output", choices=("text", "json"), default="text")
     return parser
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{value} must be above 0 and at most 1")
+    return value
+
+
+def _job_parsers(sub: Any) -> None:
+    def output(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--output", choices=("text", "json"), default="text", help="json: one JSON document on stdout")
+
+    def shape(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-i", "--inventory", help="cluster inventory: training nodes are [gpu_nodes]")
+        p.add_argument("--nodes", type=_positive, help="nodes (default: the spec's launch.nodes)")
+        p.add_argument("--gpus-per-node", type=_positive, help="GPUs per node (default: inventory, then launch.gpus_per_node)")
+        p.add_argument("--gpu", help="GPU model, e.g. H100-SXM, H200, A100-80GB (default: the inventory's megaprov_gpu_model)")
+
+    job = sub.add_parser("job", help="job spec: schema and validation")
+    job_sub = job.add_subparsers(dest="job_command", metavar="ACTION", parser_class=_Parser)
+    schema = job_sub.add_parser("schema", help="print the JSON Schema of gpt.yml")
+    schema.add_argument("--output", choices=("json",), default="json", help=argparse.SUPPRESS)
+    check = job_sub.add_parser("check", help="validate a job spec (and its fit on a cluster)")
+    check.add_argument("spec", metavar="JOB.yml")
+    shape(check)
+    output(check)
+
+    plan = sub.add_parser("plan", help="parallelism, parameters, FLOPs, memory per GPU and fit")
+    plan.add_argument("--job", required=True, metavar="JOB.yml")
+    shape(plan)
+    plan.add_argument("--mfu", type=_fraction, help="model FLOPs utilisation to assume for large GEMMs (default 0.5)")
+    plan.add_argument("--suggest", action="store_true", help="rank the layouts that fit by estimated throughput")
+    plan.add_argument("--top", type=_positive, default=10, help="layouts to list with --suggest")
+    output(plan)
+
+    train = sub.add_parser("train", help="launch a training job (--dry-run: print what each node would run)")
+    train.add_argument("--job", required=True, metavar="JOB.yml")
+    shape(train)
+    train.add_argument("--dry-run", action="store_true", help="render and print, start nothing")
+    output(train)
+
+    data = sub.add_parser("data", help="dataset preparation")
+    data_sub = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
+    prep = data_sub.add_parser("prepare", help="JSONL -> Megatron .bin/.idx (megatron-core IndexedDatasetBuilder)")
+    prep.add_argument("--input", nargs="+", required=True, metavar="FILE.jsonl")
+    prep.add_argument("--output-prefix", required=True, help="writes PREFIX_<key>_document.bin/.idx")
+    prep.add_argument("--tokenizer", choices=("byte", "gpt2-bpe", "huggingface"), default="byte")
+    prep.add_argument("--vocab-file", help="GPT-2 vocab.json (gpt2-bpe)")
+    prep.add_argument("--merge-file", help="GPT-2 merges.txt (gpt2-bpe)")
+    prep.add_argument("--tokenizer-path", help="tokenizer.json or its directory (huggingface)")
+    prep.add_argument("--eod-token", help="end-of-document token (default: <|endoftext|>, </s>, ...)")
+    prep.add_argument("--json-keys", nargs="+", default=["text"], help="JSON fields to tokenise (default: text)")
+    prep.add_argument("--workers", type=_positive, default=1, help="tokenising processes")
+    prep.add_argument("--no-append-eod", dest="append_eod", action="store_false", help="do not end each document with the EOD token")
+    output(prep)
+
+
+def _spec_and_cluster(args: argparse.Namespace) -> tuple[Any, Any, list[tuple[str, str]]]:
+    from megaprov import launch
+
+    spec, text = launch.read(args.job if hasattr(args, "job") else args.spec)
+    shape = launch.Shape(args.nodes, args.gpus_per_node, args.gpu)
+    found, hosts = launch.cluster(spec, args.inventory, shape)
+    launch.check(spec, text, args.job if hasattr(args, "job") else args.spec, found.world, found.gpus_per_node)
+    return spec, found, hosts
+
+
+def _cmd_job(args: argparse.Namespace) -> Outcome:
+    from megaprov import jobspec, launch
+
+    if args.job_command == "schema":
+        print(json.dumps(jobspec.schema(), indent=2))
+        return Outcome("job schema", None, quiet=True)
+    if args.job_command == "check":
+        spec, text = launch.read(args.spec)
+        world = gpn = None
+        if args.inventory or args.nodes or args.gpus_per_node:
+            spec, found, _ = _spec_and_cluster(args)
+            world, gpn = found.world, found.gpus_per_node
+        else:
+            launch.check(spec, text, args.spec, None, None)
+        if args.output == "text":
+            where = f" on {world} GPUs" if world else ""
+            console().print(f"{args.spec}: valid job {spec.name}{where}", markup=False)
+        return Outcome("job check", {"job": spec.name, "valid": True, "world": world})
+    raise UsageError("megaprov job: missing ACTION", "use `megaprov job check JOB.yml` or `megaprov job schema`")
+
+
+def _cmd_plan(args: argparse.Namespace) -> Outcome:
+    import time
+
+    from megaprov import jobview, planner
+
+    spec, found, _ = _spec_and_cluster(args)
+    mfu = args.mfu or planner.DEFAULT_MFU
+    if args.suggest:
+        start = time.perf_counter()
+        ranked = planner.suggest(spec, found, mfu, args.top)
+        seconds = time.perf_counter() - start
+        if args.output == "text":
+            jobview.render_suggest(ranked, seconds)
+        result = {"layouts": jobview.candidates_dict(ranked), "seconds": seconds}
+        if not ranked:
+            return Outcome("plan", result, ExitCode.VERDICT_FAILED, f"{spec.name}: no layout fits {found.world} x {found.gpu.name}")
+        return Outcome("plan", result)
+    planned = planner.plan(spec, found, mfu)
+    if args.output == "text":
+        jobview.render_plan(planned)
+    if planned.fits is False:
+        fixes = "; ".join(f.render() for f in planned.fixes) or "none alone: run megaprov plan --suggest"
+        error = f"{spec.name} needs {planned.memory.total / planner.GIB:.1f} GiB per GPU, {found.gpu.name} has {planned.memory.capacity / planner.GIB:.1f}: fixes: {fixes}"
+        return Outcome("plan", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED, error)
+    return Outcome("plan", jobview.plan_dict(planned))
+
+
+def _cmd_train(args: argparse.Namespace) -> Outcome:
+    from megaprov import jobview, planner, render
+
+    if not args.inventory:
+        raise UsageError("megaprov train needs -i INVENTORY", "pass the cluster's inventory (megaprov lab up writes one)")
+    spec, found, hosts = _spec_and_cluster(args)
+    planned = planner.plan(spec, found)
+    if planned.fits is False:
+        fixes = "; ".join(f.render() for f in planned.fixes) or "run megaprov plan --suggest"
+        return Outcome("train", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED,
+                       f"{spec.name} does not fit: {planned.memory.total / planner.GIB:.1f} GiB per GPU of {planned.memory.capacity / planner.GIB:.1f}; fixes: {fixes}")
+    rendered = render.render(spec, found, hosts)
+    if not args.dry_run:
+        raise UsageError("megaprov train: launching is not available yet in this version", "use --dry-run to print what each node would run")
+    if args.output == "text":
+        jobview.render_dry_run(rendered)
+    return Outcome("train", {"plan": jobview.plan_dict(planned), "launch": rendered})
+
+
+def _cmd_data(args: argparse.Namespace) -> Outcome:
+    if args.data_command != "prepare":
+        raise UsageError("megaprov data: missing ACTION", "use `megaprov data prepare`")
+    from megaprov import data, jobview
+
+    err = console(stderr=True)
+    quiet = args.output == "json"
+
+    def progress(p: Any) -> None:
+        if not quiet:
+            err.print(jobview.progress_line(p), markup=False)
+
+    spec = data.TokenizerSpec(args.tokenizer, args.vocab_file, args.merge_file, args.tokenizer_path, args.eod_token)
+    result = data.prepare(args.input, args.output_prefix, spec, args.json_keys, args.workers, args.append_eod, progress, progress_every=5.0)
+    if not quiet:
+        jobview.render_prepare(result)
+    p = result.progress
+    return Outcome("data prepare", {
+        "prefixes": result.prefixes, "files": result.files, "tokenizer": result.tokenizer, "vocab_size": result.vocab_size, "eod": result.eod,
+        "workers": result.workers, "documents": p.docs, "tokens": p.tokens, "bytes": p.bytes_in, "skipped_empty": p.skipped_empty,
+        "seconds": p.seconds, "docs_per_second": p.docs_per_second, "tokens_per_second": p.tokens_per_second,
+    })
 
 
 def _cmd_lab(args: argparse.Namespace) -> Outcome:
@@ -202,7 +365,15 @@ def _cmd_preflight(args: argparse.Namespace) -> Outcome:
     return Outcome("preflight", report, report.exit_code, report.error)
 
 
-HANDLERS = {"bootstrap": _cmd_bootstrap, "preflight": _cmd_preflight, "lab": _cmd_lab}
+HANDLERS = {
+    "bootstrap": _cmd_bootstrap,
+    "preflight": _cmd_preflight,
+    "lab": _cmd_lab,
+    "job": _cmd_job,
+    "plan": _cmd_plan,
+    "train": _cmd_train,
+    "data": _cmd_data,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -221,8 +392,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         if want_json:
-            print_json(envelope(command, False, {}, exc.one_line()))
+            print_json(envelope(command, False, {"problems": [exc.one_line(), *exc.details]} if exc.details else {}, exc.one_line()))
         err.print(f"megaprov: error: {exc.one_line()}", markup=False)
+        for line in exc.details:
+            err.print(f"megaprov: error: {line}", markup=False)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         err.print("megaprov: interrupted")
@@ -232,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         err.print(f"megaprov: internal error: {exc.__class__.__name__}: {exc} (rerun with --debug and report it)", markup=False)
         return int(ExitCode.INTERNAL)
-    if getattr(args, "output", "text") == "json":
+    if getattr(args, "output", "text") == "json" and not outcome.quiet:
         print_json(envelope(outcome.command, outcome.code == ExitCode.OK, outcome.result, outcome.error))
     if outcome.error and outcome.code != ExitCode.OK:
         err.print(f"megaprov: error: {outcome.error}", markup=False)

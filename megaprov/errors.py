@@ -30,6 +30,8 @@ class MegaprovError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        # Further problems found in the same check, one line each (a job spec can have several).
+        self.details: list[str] = []
 
     def __str__(self) -> str:
         return self.one_line()

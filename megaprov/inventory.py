@@ -33,6 +33,7 @@ CLUSTER_VARS: dict[str, dict[str, Any]] = {
     "megaprov_gpu_expected": {"type": "bool", "description": "gpu_nodes hosts must have NVIDIA GPUs"},
     "megaprov_gpus_per_node": {"type": "int", "description": "GPUs each gpu_nodes host must have (0: any)"},
     "megaprov_lab": {"type": "bool", "description": "hosts are megaprov lab containers"},
+    "megaprov_gpu_model": {"type": "str", "description": "GPU model of gpu_nodes for the planner (e.g. H100-SXM)"},
 }
 # Connection variables Ansible itself interprets.
 ANSIBLE_VARS: dict[str, dict[str, Any]] = {

@@ -21,11 +21,19 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: create .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
 fi
-EXTRAS=${MEGAPROV_EXTRAS:-test}
-stamp=".venv/.megaprov-$(sha256sum pyproject.toml | cut -c1-12)-$EXTRAS"
+EXTRAS=${MEGAPROV_EXTRAS:-test,train}
+# torch first, pinned: megatron-core accepts any torch>=2.6 and pip would otherwise pick a multi-GB CUDA build.
+# The lab and CI nodes are CPU-only; point MEGAPROV_TORCH_INDEX at a CPU wheel index (for instance
+# https://download.pytorch.org/whl/cpu) where no local CPU wheel is configured for pip.
+TORCH=${MEGAPROV_TORCH:-torch==2.13.0}
+stamp=".venv/.megaprov-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-12)-$EXTRAS"
 if [ ! -f "$stamp" ]; then
-  echo "setup: pip install -e .[$EXTRAS]"
   .venv/bin/pip install -q --upgrade pip
+  if [[ ",$EXTRAS," == *",train,"* ]] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+    echo "setup: pip install $TORCH"
+    .venv/bin/pip install -q ${MEGAPROV_TORCH_INDEX:+--index-url "$MEGAPROV_TORCH_INDEX"} "$TORCH"
+  fi
+  echo "setup: pip install -e .[$EXTRAS]"
   .venv/bin/pip install -q -e ".[$EXTRAS]"
   touch "$stamp"
 fi

@@ -1,0 +1,322 @@
+"""``megaprov data prepare``: JSONL documents -> Megatron ``.bin/.idx`` datasets.
+
+Lines are read in batches and tokenised by worker processes (JSON parsing included); results come back in
+input order and are written with megatron-core's ``IndexedDatasetBuilder``. At most ``2 x workers`` batches
+are in flight, so memory is bounded whatever the input size. Output files are written under temporary names
+and renamed at the end: an interrupted run leaves no half dataset behind.
+
+Output naming follows Megatron-LM's ``tools/preprocess_data.py``: ``<prefix>_<key>_document.{bin,idx}``, and
+``<prefix>_<key>_document`` is what a job's ``data.prefixes`` lists.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from megaprov.errors import EnvironmentProblem, UsageError
+
+BATCH_LINES = 512
+BATCH_BYTES = 4 * 1024 * 1024
+TOKENIZER_TYPES = ("byte", "gpt2-bpe", "huggingface")
+
+
+class DataError(UsageError):
+    """Bad input data or arguments; nothing is left behind."""
+
+
+class Tokenizer(Protocol):
+    eod: int
+    vocab_size: int
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A picklable description from which each worker builds its own tokenizer."""
+
+    type: str
+    vocab_file: str | None = None
+    merge_file: str | None = None
+    path: str | None = None
+    eod_token: str | None = None
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids 0-255, end of document 256: needs no files (lab, CI).
+
+    Megatron-LM reads such data with ``--tokenizer-type NullTokenizer --vocab-size 256``.
+    """
+
+    eod = 256
+    vocab_size = 257
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8).astype(np.int32) for t in texts]
+
+
+class _HFTokenizer:
+    def __init__(self, tok: Any, eod_token: str | None, source: str) -> None:
+        self.tok = tok
+        vocab = tok.get_vocab(with_added_tokens=True)
+        candidates = [eod_token] if eod_token else ["<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]"]
+        eod = next((vocab[c] for c in candidates if c in vocab), None)
+        if eod is None:
+            raise DataError(f"{source}: no end-of-document token ({', '.join(candidates)}) in the vocabulary", "pass --eod-token with the tokenizer's own")
+        self.eod = int(eod)
+        self.vocab_size = int(tok.get_vocab_size(with_added_tokens=True))
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        return [np.asarray(e.ids, dtype=np.int32) for e in self.tok.encode_batch(texts, add_special_tokens=False)]
+
+
+def _tokenizers_module() -> Any:
+    try:
+        import tokenizers
+    except ImportError:
+        raise EnvironmentProblem("the tokenizers package is not installed", "pip install 'megaprov[train]' (or use --tokenizer byte)") from None
+    return tokenizers
+
+
+def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
+    if spec.type == "byte":
+        return ByteTokenizer()
+    if spec.type == "gpt2-bpe":
+        if not spec.vocab_file or not spec.merge_file:
+            raise DataError("--tokenizer gpt2-bpe needs --vocab-file and --merge-file", "give the paths of vocab.json and merges.txt")
+        for flag, file in (("--vocab-file", spec.vocab_file), ("--merge-file", spec.merge_file)):
+            if not Path(file).is_file():
+                raise DataError(f"{flag} {file} does not exist", "give the path of the GPT-2 tokenizer file")
+        tk = _tokenizers_module()
+        try:
+            tok = tk.Tokenizer(tk.models.BPE.from_file(spec.vocab_file, spec.merge_file))
+        except Exception as exc:  # tokenizers raises plain Exception for malformed files
+            raise DataError(f"--vocab-file/--merge-file: not a GPT-2 BPE pair ({exc})", "use GPT-2's vocab.json and merges.txt") from None
+        tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = tk.decoders.ByteLevel()
+        return _HFTokenizer(tok, spec.eod_token or "<|endoftext|>", spec.vocab_file)
+    if spec.type == "huggingface":
+        if not spec.path:
+            raise DataError("--tokenizer huggingface needs --tokenizer-path", "give a tokenizer.json or the directory holding it")
+        file = Path(spec.path)
+        if file.is_dir():
+            file = file / "tokenizer.json"
+        if not file.is_file():
+            raise DataError(f"--tokenizer-path {spec.path}: no tokenizer.json there", "give a local HuggingFace tokenizer.json")
+        tk = _tokenizers_module()
+        try:
+            tok = tk.Tokenizer.from_file(str(file))
+        except Exception as exc:
+            raise DataError(f"--tokenizer-path {file}: not a HuggingFace tokenizer ({exc})", "give a tokenizer.json saved by tokenizers") from None
+        return _HFTokenizer(tok, spec.eod_token, str(file))
+    raise DataError(f"--tokenizer {spec.type} is unknown", "use " + ", ".join(TOKENIZER_TYPES))
+
+
+@dataclass(frozen=True)
+class Batch:
+    source: str
+    first_line: int
+    lines: list[bytes]
+
+
+@dataclass
+class Encoded:
+    docs: dict[str, list[np.ndarray]]
+    bytes_in: int
+    skipped_empty: int
+    error: str | None = None
+
+
+_worker: dict[str, Any] = {}
+
+
+def _init_worker(spec: TokenizerSpec, keys: tuple[str, ...], append_eod: bool) -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _worker.update(tok=build_tokenizer(spec), keys=keys, eod=append_eod)
+
+
+def _encode(batch: Batch) -> Encoded:
+    tok: Tokenizer = _worker["tok"]
+    keys: tuple[str, ...] = _worker["keys"]
+    texts: dict[str, list[str]] = {k: [] for k in keys}
+    size = 0
+    for offset, raw in enumerate(batch.lines):
+        size += len(raw)
+        where = f"{batch.source}:{batch.first_line + offset}"
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return Encoded({}, size, 0, f"{where}: not a JSON object ({exc.msg if hasattr(exc, 'msg') else exc})")
+        if not isinstance(record, dict):
+            return Encoded({}, size, 0, f"{where}: a line must be a JSON object, not {type(record).__name__}")
+        for key in keys:
+            value = record.get(key)
+            if not isinstance(value, str):
+                what = "has no key" if value is None else f"has a non-string {type(value).__name__} under"
+                return Encoded({}, size, 0, f"{where}: the record {what} {key!r}; use --json-keys with the field holding the text")
+            texts[key].append(value)
+    out: dict[str, list[np.ndarray]] = {}
+    skipped = 0
+    for key in keys:
+        docs = []
+        for ids in tok.encode_batch(texts[key]):
+            if ids.size == 0:
+                skipped += 1
+                continue
+            docs.append(np.append(ids, tok.eod).astype(np.int32) if _worker["eod"] else ids)
+        out[key] = docs
+    return Encoded(out, size, skipped)
+
+
+def _batches(inputs: Sequence[Path]) -> Iterator[Batch]:
+    for path in inputs:
+        lines: list[bytes] = []
+        first = 1
+        size = 0
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                if not lines:
+                    first = number
+                lines.append(line)
+                size += len(line)
+                if len(lines) >= BATCH_LINES or size >= BATCH_BYTES:
+                    yield Batch(str(path), first, lines)
+                    lines, size = [], 0
+        if lines:
+            yield Batch(str(path), first, lines)
+
+
+@dataclass
+class Progress:
+    docs: int = 0
+    tokens: int = 0
+    bytes_in: int = 0
+    skipped_empty: int = 0
+    seconds: float = 0.0
+
+    @property
+    def docs_per_second(self) -> float:
+        return self.docs / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class PrepareResult:
+    prefixes: dict[str, str]
+    files: list[str]
+    tokenizer: str
+    vocab_size: int
+    eod: int
+    workers: int
+    progress: Progress = field(default_factory=Progress)
+
+
+def _ordered(inputs: Sequence[Path], workers: int, init: tuple[Any, ...]) -> Iterator[Encoded]:
+    """Encoded batches in input order with at most 2 x workers in flight."""
+    if workers == 1:
+        _init_worker(*init)
+        for batch in _batches(inputs):
+            yield _encode(batch)
+        return
+    # forkserver: workers start from a clean process, not a fork of one that has loaded torch and its threads.
+    ctx = multiprocessing.get_context("forkserver")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=init) as pool:
+        pending: deque[Any] = deque()
+        for batch in _batches(inputs):
+            pending.append(pool.apply_async(_encode, (batch,)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def prepare(
+    inputs: Sequence[str | Path],
+    output_prefix: str | Path,
+    tokenizer: TokenizerSpec,
+    json_keys: Sequence[str] = ("text",),
+    workers: int = 1,
+    append_eod: bool = True,
+    on_progress: Callable[[Progress], None] | None = None,
+    progress_every: float = 1.0,
+) -> PrepareResult:
+    """Tokenise JSONL ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx}`` per JSON key."""
+    paths = [Path(p) for p in inputs]
+    if not paths:
+        raise DataError("no --input given", "pass one or more JSONL files")
+    for p in paths:
+        if not p.is_file():
+            raise DataError(f"--input {p} does not exist", "pass JSONL files, one JSON object per line")
+    if workers < 1:
+        raise DataError(f"--workers {workers} must be at least 1", "use 1 or more")
+    keys = tuple(dict.fromkeys(json_keys))
+    if not keys or any(not k for k in keys):
+        raise DataError("--json-keys is empty", "name the JSON field(s) holding the text, e.g. --json-keys text")
+    prefix = Path(output_prefix)
+    if not prefix.parent.is_dir():
+        raise DataError(f"--output-prefix {prefix}: directory {prefix.parent} does not exist", "create it or choose another prefix")
+    tok = build_tokenizer(tokenizer)  # fail on a bad tokenizer before starting workers
+
+    try:
+        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+    except ImportError:
+        raise EnvironmentProblem("megatron-core is not installed", "pip install 'megaprov[train]' (megatron-core writes the .bin/.idx)") from None
+
+    dtype = DType.optimal_dtype(tok.vocab_size)
+    names = {k: f"{prefix}_{k}_document" for k in keys}
+    tmp = {k: f"{names[k]}.partial-{os.getpid()}" for k in keys}
+    builders = {k: IndexedDatasetBuilder(tmp[k] + ".bin", dtype=dtype) for k in keys}
+    progress = Progress()
+    start = last = time.monotonic()
+    done = False
+    try:
+        for encoded in _ordered(paths, workers, (tokenizer, keys, append_eod)):
+            if encoded.error:
+                raise DataError(encoded.error.split("; ")[0], encoded.error.split("; ")[1] if "; " in encoded.error else "fix or remove that line")
+            for key, docs in encoded.docs.items():
+                builder = builders[key]
+                for ids in docs:
+                    builder.add_document(ids, [ids.size])
+                    progress.tokens += int(ids.size)
+            progress.docs += len(next(iter(encoded.docs.values()), []))
+            progress.bytes_in += encoded.bytes_in
+            progress.skipped_empty += encoded.skipped_empty
+            now = time.monotonic()
+            if on_progress and now - last >= progress_every:
+                progress.seconds = now - start
+                on_progress(progress)
+                last = now
+        for key, builder in builders.items():
+            builder.finalize(tmp[key] + ".idx")
+        if progress.docs == 0:
+            raise DataError("the input holds no non-empty documents", "check --json-keys and the files' content")
+        files = []
+        for key in keys:
+            for ext in (".bin", ".idx"):
+                os.replace(tmp[key] + ext, names[key] + ext)
+                files.append(names[key] + ext)
+        done = True
+    finally:
+        if not done:
+            for key in keys:
+                for ext in (".bin", ".idx"):
+                    Path(tmp[key] + ext).unlink(missing_ok=True)
+    progress.seconds = time.monotonic() - start
+    if on_progress:
+        on_progress(progress)
+    return PrepareResult(names, files, tokenizer.type, tok.vocab_size, tok.eod, workers, progress)

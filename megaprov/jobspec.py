@@ -1,0 +1,357 @@
+"""The training job spec (``gpt.yml``): typed models, loading with line numbers, and readable errors.
+
+Pure: :func:`parse` takes YAML text and returns a :class:`JobSpec` or raises :class:`JobSpecError`, whose
+problems each name the field path, the value, and the fix. Rules that involve more than one field (heads by
+tensor parallelism, batch arithmetic, ...) live in :mod:`megaprov.planner`, which knows the world size.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from megaprov.errors import UsageError
+
+SPEC_VERSION = 1
+PINNED_MEGATRON = "core_v0.16.1"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+
+class Model(_Section):
+    """The GPT architecture (Megatron-LM's network-size arguments)."""
+
+    num_layers: int = Field(ge=1, description="transformer layers (--num-layers)")
+    hidden_size: int = Field(ge=1, description="model width (--hidden-size)")
+    num_attention_heads: int = Field(ge=1, description="attention heads (--num-attention-heads)")
+    num_query_groups: int | None = Field(None, ge=1, description="key/value groups for grouped-query attention; unset = multi-head")
+    ffn_hidden_size: int | None = Field(None, ge=1, description="MLP width; unset = 4 x hidden_size")
+    seq_length: int = Field(ge=1, description="tokens per sample (--seq-length)")
+    max_position_embeddings: int | None = Field(None, ge=1, description="unset = seq_length")
+    vocab_size: int | None = Field(None, ge=1, description="tokenizer vocabulary; unset = the tokenizer's own (required for huggingface)")
+    make_vocab_size_divisible_by: int = Field(128, ge=1, description="Megatron pads the vocabulary to a multiple of this x tensor")
+    activation: Literal["gelu", "swiglu", "squared_relu"] = "gelu"
+    normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
+    position_embedding: Literal["learned_absolute", "rope"] = "learned_absolute"
+    rotary_base: int = Field(10000, ge=1, description="RoPE base (position_embedding: rope)")
+    untie_embeddings: bool = Field(False, description="separate output layer weights")
+    bias_linear: bool = Field(True, description="biases in linear layers (false = --disable-bias-linear)")
+    init_method_std: float = Field(0.02, gt=0)
+    hidden_dropout: float = Field(0.1, ge=0, lt=1)
+    attention_dropout: float = Field(0.1, ge=0, lt=1)
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def query_groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def max_positions(self) -> int:
+        return self.max_position_embeddings or self.seq_length
+
+
+class Parallel(_Section):
+    """How the model is split over GPUs; data parallelism is what remains of the world size."""
+
+    tensor: int = Field(1, ge=1, description="tensor model parallel size (within a node)")
+    pipeline: int = Field(1, ge=1, description="pipeline model parallel size")
+    context: int = Field(1, ge=1, description="context parallel size (splits the sequence)")
+    virtual_stages: int | None = Field(None, ge=1, description="virtual pipeline stages per pipeline rank (interleaved schedule)")
+    sequence_parallel: bool = Field(False, description="needs tensor > 1")
+    distributed_optimizer: bool = Field(False, description="shard optimizer states over data-parallel ranks")
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = Field(False, description="needs distributed_optimizer")
+    tp_comm_overlap: bool = Field(False, description="needs sequence_parallel (Transformer Engine)")
+
+
+class Train(_Section):
+    micro_batch_size: int = Field(1, ge=1)
+    global_batch_size: int = Field(ge=1)
+    train_iters: int = Field(ge=1)
+    lr: float = Field(gt=0)
+    min_lr: float = Field(0.0, ge=0)
+    lr_decay_style: Literal["constant", "linear", "cosine", "inverse-square-root", "WSD"] = "cosine"
+    lr_decay_iters: int | None = Field(None, ge=1, description="unset = train_iters")
+    lr_warmup_iters: int = Field(0, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    adam_beta1: float = Field(0.9, gt=0, lt=1)
+    adam_beta2: float = Field(0.95, gt=0, lt=1)
+    clip_grad: float = Field(1.0, ge=0)
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    recompute: Literal["none", "selective", "full"] = "none"
+    recompute_method: Literal["uniform", "block"] = "uniform"
+    recompute_num_layers: int = Field(1, ge=1, description="layers per recompute chunk (recompute: full)")
+    seed: int = Field(1234, ge=0)
+    log_interval: int = Field(1, ge=1)
+    eval_interval: int = Field(1000, ge=1)
+    eval_iters: int = Field(10, ge=0)
+
+
+class Tokenizer(_Section):
+    type: Literal["byte", "gpt2-bpe", "huggingface", "null"] = "byte"
+    vocab_file: str | None = Field(None, description="GPT-2 vocab.json (gpt2-bpe)")
+    merge_file: str | None = Field(None, description="GPT-2 merges.txt (gpt2-bpe)")
+    path: str | None = Field(None, description="directory or tokenizer.json (huggingface)")
+    vocab_size: int | None = Field(None, ge=1, description="vocabulary without the end-of-document token (null)")
+
+
+class DataPrefix(_Section):
+    path: str = Field(min_length=1, description="Megatron prefix (without .bin/.idx); relative = under the shared dir")
+    weight: float = Field(1.0, gt=0)
+
+
+class Data(_Section):
+    mock: bool = Field(False, description="synthetic tokens (--mock-data); no prefixes needed")
+    prefixes: list[DataPrefix] = Field(default_factory=list)
+    split: str = Field("949,50,1", pattern=r"^\d+(\.\d+)?(,\d+(\.\d+)?){0,2}$", description="train,valid,test weights")
+    tokenizer: Tokenizer = Field(default_factory=Tokenizer)
+
+
+class Checkpoint(_Section):
+    directory: str | None = Field(None, description="unset = <shared dir>/checkpoints/<job name>; relative = under the shared dir")
+    save_interval: int = Field(1000, ge=1)
+    format: Literal["torch_dist", "torch"] = "torch_dist"
+    resume: Literal["auto", "never"] = Field("auto", description="auto: continue from the latest checkpoint in directory")
+    async_save: bool = False
+
+
+class Slurm(_Section):
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = Field(None, pattern=r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$", description="walltime, e.g. 2-00:00:00")
+    qos: str | None = None
+
+
+class Launch(_Section):
+    launcher: Literal["torchrun", "slurm"] = "torchrun"
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1, description="processes per node (GPUs; 1 on CPU lab nodes)")
+    trainer: Literal["megatron-lm", "lab"] = Field("megatron-lm", description="lab: megaprov's CPU trainer on megatron-core")
+    megatron_dir: str = Field("/opt/megatron-lm", description="checkout of Megatron-LM holding pretrain_gpt.py")
+    python: str = Field("/opt/megaprov/venv/bin/python", description="interpreter of the training environment")
+    master_port: int = Field(29500, ge=1024, le=65535)
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment, e.g. NCCL_DEBUG: INFO")
+    extra_args: list[str] = Field(default_factory=list, description="pass-through pretrain_gpt.py arguments")
+    slurm: Slurm = Field(default_factory=Slurm)
+
+
+class Verify(_Section):
+    tokens_per_second: float | None = Field(None, gt=0, description="expected cluster throughput; unset = from the plan")
+    mfu: float | None = Field(None, gt=0, le=1, description="expected model FLOPs utilisation")
+    throughput_tolerance: float = Field(0.8, gt=0, le=1, description="fraction of the expectation that passes")
+    loss_window: int = Field(20, ge=3, description="iterations in the loss-trend test")
+    gpu_utilization: float = Field(0.8, ge=0, le=1, description="minimum mean GPU utilisation")
+
+
+class JobSpec(_Section):
+    """A whole ``gpt.yml``."""
+
+    version: Literal[1] = 1
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", description="job name: directory and unit names")
+    model: Model
+    parallel: Parallel = Field(default_factory=Parallel)
+    train: Train
+    data: Data = Field(default_factory=Data)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    launch: Launch = Field(default_factory=Launch)
+    verify: Verify = Field(default_factory=Verify)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a spec: where, what, and how to fix it."""
+
+    path: str
+    message: str
+    fix: str = ""
+    line: int | None = None
+
+    def render(self, source: str = "") -> str:
+        where = f"{source}:{self.line}: " if source and self.line else (f"{source}: " if source else "")
+        return f"{where}{self.message}" + (f"; {self.fix}" if self.fix else "")
+
+
+class JobSpecError(UsageError):
+    """The spec is invalid. ``problems`` has every finding; the message is the first, the rest follow."""
+
+    def __init__(self, problems: list[Problem], source: str = "") -> None:
+        self.problems = problems
+        self.source = source
+        lines = [p.render(source) for p in problems]
+        super().__init__(lines[0])
+        self.details = lines[1:]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value and " " not in value else repr(value)
+    if isinstance(value, (dict, list)):
+        text = json.dumps(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return str(value)
+
+
+def _line_map(node: yaml.Node, path: tuple[str | int, ...] = (), out: dict[tuple[str | int, ...], int] | None = None) -> dict[tuple[str | int, ...], int]:
+    """Line (1-based) of every key and item in a composed YAML document."""
+    out = {} if out is None else out
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = (*path, str(key.value))
+            out[sub] = key.start_mark.line + 1
+            _line_map(value, sub, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            sub = (*path, i)
+            out[sub] = item.start_mark.line + 1
+            _line_map(item, sub, out)
+    return out
+
+
+def dotted(path: tuple[str | int, ...]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _lookup(data: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
+
+
+def _section_fields(path: tuple[str | int, ...]) -> list[str]:
+    model: Any = JobSpec
+    for part in path:
+        if isinstance(part, int):
+            continue
+        info = getattr(model, "model_fields", {}).get(part)
+        if info is None:
+            return []
+        annotation = info.annotation
+        args = getattr(annotation, "__args__", ())
+        candidates = [annotation, *args]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
+_PATTERN_HINTS: dict[tuple[str | int, ...], str] = {
+    ("name",): "lower-case letters, digits, '.', '_' and '-' (at most 63, starting with a letter or digit)",
+    ("data", "split"): "up to three comma-separated weights such as 949,50,1",
+    ("launch", "slurm", "time"): "a Slurm walltime such as 2-00:00:00, 12:00:00 or 90",
+}
+
+
+def _problem(err: Any, data: Any, lines: dict[tuple[str | int, ...], int]) -> Problem:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+    path = dotted(loc)
+    kind = err["type"]
+    line = lines.get(loc) or lines.get(loc[:-1])
+    if kind == "extra_forbidden":
+        known = _section_fields(loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        fix = f"did you mean {close[0]}?" if close else ("known keys: " + ", ".join(known) if known else "remove it")
+        return Problem(path, f"{path}: unknown key", fix, line)
+    if kind == "missing":
+        return Problem(path, f"{path} is required", f"add {loc[-1]}: to the {dotted(loc[:-1]) or 'top level'} section", line)
+    value = _lookup(data, loc)
+    shown = f"{path}={_fmt(value)}"
+    ctx = err.get("ctx") or {}
+    if kind == "literal_error":
+        return Problem(path, f"{shown} is not allowed", f"use {ctx.get('expected', 'one of the listed values')}", line)
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        bound = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
+        limit = next(iter(ctx.values()), "")
+        return Problem(path, f"{shown} is out of range", f"use a value {bound} {limit}", line)
+    if kind == "string_pattern_mismatch":
+        hint = _PATTERN_HINTS.get(loc, f"a value matching {ctx.get('pattern', '')}")
+        return Problem(path, f"{shown} is not valid", f"use {hint}", line)
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return Problem(path, f"{shown} is not a whole number", "write an integer", line)
+    if kind in ("float_type", "float_parsing"):
+        return Problem(path, f"{shown} is not a number", "write a number such as 3.0e-4", line)
+    if kind in ("bool_type", "bool_parsing"):
+        return Problem(path, f"{shown} is not true or false", "write true or false", line)
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return Problem(path, f"{shown} must be a mapping", f"write {loc[-1] if loc else 'the spec'} as key: value lines", line)
+    if kind == "list_type":
+        return Problem(path, f"{shown} must be a list", "write it as a YAML list (- item)", line)
+    if kind in ("string_type", "string_too_short"):
+        return Problem(path, f"{shown} must be a non-empty string", "quote the value", line)
+    return Problem(path, f"{shown}: {err['msg']}", "", line)
+
+
+def parse(text: str, source: str = "") -> JobSpec:
+    """Validate a YAML job spec. Raises :class:`JobSpecError` listing every problem (field path, value, fix)."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        what = exc.problem or exc.context or "invalid YAML"
+        raise JobSpecError([Problem("", f"YAML syntax error: {what}", "fix the YAML syntax at that line", line)], source) from None
+    except yaml.YAMLError as exc:
+        raise JobSpecError([Problem("", f"YAML error: {exc.__class__.__name__}", "fix the YAML syntax")], source) from None
+    if not isinstance(data, dict):
+        raise JobSpecError([Problem("", "a job spec must be a mapping with name, model, train, ...", "see examples/jobs/")], source)
+    lines = _line_map(node) if node is not None else {}
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = [_problem(e, data, lines) for e in exc.errors()]
+        raise JobSpecError(problems, source) from None
+
+
+def load(path: str | Path) -> JobSpec:
+    """Read and validate a job spec file."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"job spec {file} does not exist", "pass the path of a gpt.yml (see examples/jobs/)")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as exc:
+        raise UsageError(f"job spec {file}: cannot be read ({exc.__class__.__name__})", "pass a UTF-8 YAML file") from None
+    return parse(text, str(file))
+
+
+def line_of(text: str, path: tuple[str | int, ...]) -> int | None:
+    """Line of a field in the YAML text (for cross-field problems found by the planner)."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    if node is None:
+        return None
+    lines = _line_map(node)
+    while path and path not in lines:
+        path = path[:-1]
+    return lines.get(path)
+
+
+def schema() -> dict[str, Any]:
+    """JSON Schema of gpt.yml for editors (yaml-language-server: $schema=...)."""
+    doc = JobSpec.model_json_schema()
+    doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    doc["$id"] = "https://megaprov.dev/schemas/job-v1.json"
+    doc["title"] = "megaprov training job (gpt.yml)"
+    return doc

@@ -1,0 +1,135 @@
+"""Human rendering of plans, layout suggestions, dry runs and data preparation (JSON goes through the envelope)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from megaprov.output import console
+from megaprov.planner import GIB, Candidate, Plan
+
+if TYPE_CHECKING:
+    from megaprov.data import PrepareResult, Progress
+    from megaprov.render import Rendered
+
+
+def _si(value: float, unit: str = "") -> str:
+    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f} {prefix}{unit}"
+    return f"{value:.2f} {unit}".rstrip()
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    m = plan.memory
+    return {
+        "job": plan.job,
+        "cluster": {"nodes": plan.nodes, "gpus_per_node": plan.gpus_per_node, "gpu": plan.gpu, "world": plan.world},
+        "layout": {
+            "tensor": plan.layout.tp, "pipeline": plan.layout.pp, "context": plan.layout.cp, "virtual_stages": plan.layout.vp,
+            "data": plan.data_parallel, "micro_batch": plan.layout.micro_batch, "microbatches_per_step": plan.microbatches_per_step,
+            "recompute": plan.layout.recompute, "sequence_parallel": plan.layout.sequence_parallel,
+            "distributed_optimizer": plan.layout.distributed_optimizer,
+        },
+        "parameters": plan.parameters,
+        "padded_vocab": plan.padded_vocab,
+        "flops_per_iteration": plan.flops_per_iteration,
+        "tokens_per_iteration": plan.tokens_per_iteration,
+        "memory_gib": {
+            "weights_grads_optimizer": round(m.weights_and_optimizer / GIB, 3),
+            "activations": round(m.activations / GIB, 3),
+            "logits": round(m.logits / GIB, 3),
+            "reserved": round(m.reserved / GIB, 3),
+            "total": round(m.total / GIB, 3),
+            "capacity": round(m.capacity / GIB, 3),
+        },
+        "fits": plan.fits,
+        "estimate": {"mfu": round(plan.mfu_assumed, 4), "step_seconds": plan.step_seconds, "tokens_per_second": plan.tokens_per_second},
+        "fixes": [{"field": f.field, "value": f.value, "memory_gib": round(f.memory_gib, 3)} for f in plan.fixes],
+        "warnings": list(plan.warnings),
+    }
+
+
+def render_plan(plan: Plan) -> None:
+    out = console()
+    m, lay = plan.memory, plan.layout
+    table = Table(title=f"plan: {plan.job} on {plan.nodes} x {plan.gpus_per_node} {plan.gpu} ({plan.world} ranks)", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    vp = f" x VP {lay.vp}" if lay.vp else ""
+    table.add_row("parallelism", f"TP {lay.tp} x PP {lay.pp}{vp} x CP {lay.cp} x DP {plan.data_parallel}"
+                  f"{' + sequence parallel' if lay.sequence_parallel else ''}{' + distributed optimizer' if lay.distributed_optimizer else ''}")
+    table.add_row("batch", f"micro {lay.micro_batch} x {plan.microbatches_per_step} micro-batches x DP {plan.data_parallel}"
+                  f" = {lay.micro_batch * plan.microbatches_per_step * plan.data_parallel} sequences, {plan.tokens_per_iteration:,} tokens")
+    table.add_row("parameters", f"{plan.parameters:,} ({_si(plan.parameters)}); padded vocabulary {plan.padded_vocab:,}")
+    table.add_row("FLOPs per iteration", f"{_si(plan.flops_per_iteration, 'FLOP')} (Megatron-LM's formula)")
+    table.add_row("memory per GPU", f"{m.weights_and_optimizer / GIB:.1f} GiB weights+grads+optimizer, {m.activations / GIB:.1f} GiB activations, "
+                  f"{m.logits / GIB:.1f} GiB logits, {m.reserved / GIB:.1f} GiB reserved = {m.total / GIB:.1f} GiB")
+    if plan.fits is None:
+        verdict = "not checked (CPU nodes)"
+    else:
+        verdict = f"{'fits' if plan.fits else 'DOES NOT FIT'}: {m.total / GIB:.1f} of {m.capacity / GIB:.1f} GiB"
+    table.add_row("verdict", verdict)
+    table.add_row("estimate", f"MFU {100 * plan.mfu_assumed:.1f} %, {plan.step_seconds:.3g} s per iteration, {_si(plan.tokens_per_second)} tokens/s")
+    out.print(table)
+    for w in plan.warnings:
+        out.print(f"warning: {w}", markup=False)
+    if plan.fits is False:
+        if plan.fixes:
+            out.print("fixes (any one fits): " + "; ".join(f.render() for f in plan.fixes), markup=False)
+        else:
+            out.print("no single change fits: run `megaprov plan --suggest` for layouts that do", markup=False)
+
+
+def candidates_dict(found: list[Candidate]) -> list[dict[str, Any]]:
+    return [
+        {
+            "tensor": c.layout.tp, "pipeline": c.layout.pp, "context": c.layout.cp, "virtual_stages": c.layout.vp, "data": c.data_parallel,
+            "micro_batch": c.layout.micro_batch, "recompute": c.layout.recompute, "sequence_parallel": c.layout.sequence_parallel,
+            "distributed_optimizer": c.layout.distributed_optimizer, "memory_gib": round(c.memory_gib, 3), "mfu": round(c.mfu, 4),
+            "step_seconds": c.step_seconds, "tokens_per_second": c.tokens_per_second,
+        }
+        for c in found
+    ]
+
+
+def render_suggest(found: list[Candidate], seconds: float) -> None:
+    out = console()
+    table = Table(title=f"layouts that fit, best estimated throughput first ({seconds * 1000:.0f} ms)")
+    for col in ("#", "TP", "PP", "VP", "CP", "DP", "micro", "recompute", "dist-opt", "GiB/GPU", "est. MFU", "s/iter", "tokens/s"):
+        table.add_column(col, justify="right")
+    for i, c in enumerate(found, 1):
+        lay = c.layout
+        table.add_row(str(i), str(lay.tp), str(lay.pp), str(lay.vp or "-"), str(lay.cp), str(c.data_parallel), str(lay.micro_batch), lay.recompute,
+                      "yes" if lay.distributed_optimizer else "no", f"{c.memory_gib:.1f}", f"{100 * c.mfu:.1f} %", f"{c.step_seconds:.3g}",
+                      _si(c.tokens_per_second))
+    out.print(table)
+    if not found:
+        out.print("no layout fits: use more GPUs, a GPU with more memory, or a smaller model / sequence", markup=False)
+
+
+def render_dry_run(rendered: Rendered) -> None:
+    out = console()
+    out.print(f"# job {rendered.job}: job directory {rendered.job_dir}, checkpoints {rendered.checkpoint_dir}", markup=False)
+    for node in rendered.nodes:
+        out.print(f"\n# ---- {node.host} (node rank {node.node_rank})", markup=False)
+        out.print(node.script, markup=False, end="")
+    if rendered.sbatch:
+        out.print("\n# ---- sbatch script", markup=False)
+        out.print(rendered.sbatch, markup=False, end="")
+
+
+def progress_line(p: Progress) -> str:
+    return (f"data: {p.docs:,} docs, {p.tokens:,} tokens, {p.bytes_in / 1e6:.1f} MB in {p.seconds:.1f} s "
+            f"({p.docs_per_second:,.0f} docs/s, {p.tokens_per_second:,.0f} tokens/s)")
+
+
+def render_prepare(result: PrepareResult) -> None:
+    out = console()
+    p = result.progress
+    out.print(progress_line(p), markup=False)
+    if p.skipped_empty:
+        out.print(f"data: skipped {p.skipped_empty:,} empty document(s)", markup=False)
+    for key, prefix in result.prefixes.items():
+        out.print(f"data: {key}: prefix {prefix} (list it under data.prefixes)", markup=False)

@@ -1,0 +1,75 @@
+"""From a job spec and an inventory (or a cluster shape given by flags) to a checked plan and rendered launch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from megaprov import inventory as inv
+from megaprov import planner, render
+from megaprov.errors import UsageError
+from megaprov.jobspec import JobSpec, JobSpecError, line_of
+from megaprov.paths import project_root
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Cluster flags given on the command line (each optional)."""
+
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    gpu: str | None = None
+
+
+def _gpu(name: str, where: str) -> planner.Gpu:
+    gpu = planner.gpu_named(name)
+    if gpu is None:
+        raise UsageError(f"{where}={name!r} is not a known GPU", "use one of " + ", ".join(planner.GPUS))
+    return gpu
+
+
+def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[planner.Cluster, list[tuple[str, str]]]:
+    """The cluster a job runs on, and its training nodes (name, address) in rank order."""
+    if inventory_path is None:
+        nodes = shape.nodes or spec.launch.nodes
+        gpn = shape.gpus_per_node or spec.launch.gpus_per_node
+        if shape.gpu is None and spec.launch.trainer != "lab":
+            raise UsageError("the GPU model is unknown", "pass --gpu MODEL (e.g. H100-SXM) or -i INVENTORY with megaprov_gpu_model set")
+        gpu = _gpu(shape.gpu or "cpu", "--gpu")
+        hosts = [(f"node{i}", f"node{i}") for i in range(nodes)]
+        return planner.Cluster(nodes, gpn, gpu), hosts
+    root = project_root()
+    found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
+    names = found.hosts_of("gpu_nodes")
+    first = names[0]
+    hosts = [(n, str(found.host_var(n, "ansible_host", n))) for n in names]
+    gpu_expected = bool(found.host_var(first, "megaprov_gpu_expected", True))
+    gpn_var = int(found.host_var(first, "megaprov_gpus_per_node", 0) or 0)
+    if shape.gpu:
+        gpu = _gpu(shape.gpu, "--gpu")
+    elif not gpu_expected:
+        gpu = planner.GPUS["cpu"]
+    else:
+        model = str(found.host_var(first, "megaprov_gpu_model", "") or "")
+        if not model:
+            raise UsageError(f"{found.path}: megaprov_gpu_model is unset", "set it in group_vars/gpu_nodes.yml (e.g. H100-SXM) or pass --gpu")
+        gpu = _gpu(model, "megaprov_gpu_model")
+    gpn = shape.gpus_per_node or (gpn_var if gpu_expected and gpn_var else spec.launch.gpus_per_node)
+    nodes = shape.nodes or spec.launch.nodes
+    shared = str(found.host_var(first, "megaprov_shared_dir", "/shared"))
+    return planner.Cluster(nodes, gpn, gpu, shared, tuple(n for n, _ in hosts)), hosts
+
+
+def check(spec: JobSpec, text: str, source: str, world: int | None, gpus_per_node: int | None) -> None:
+    """Raise :class:`JobSpecError` with every cross-field problem, each with its line in the file."""
+    problems = planner.spec_problems(spec, world, gpus_per_node) + render.check_extra_args(spec)
+    if problems:
+        located = [p if p.line else type(p)(p.path, p.message, p.fix, line_of(text, tuple(p.path.split(".")))) for p in problems]
+        raise JobSpecError(located, source)
+
+
+def read(path: str) -> tuple[JobSpec, str]:
+    from megaprov import jobspec
+
+    spec = jobspec.load(path)
+    return spec, Path(path).read_text(encoding="utf-8")

@@ -1,0 +1,606 @@
+"""The parallelism planner: pure arithmetic on a job spec and a cluster shape.
+
+It checks every rule Megatron-LM enforces at start-up (so a job fails here in a second, not after the
+cluster has loaded the model), counts parameters, computes FLOPs per iteration with Megatron-LM's own formula,
+estimates memory per GPU, names the fixes when a job does not fit, and ranks the layouts that do.
+
+Sources of the formulas (read, re-derived, not copied):
+- FLOPs: Megatron-LM ``megatron/training/training.py`` ``num_floating_point_operations`` (core_v0.16.1), the
+  figure behind its ``throughput per GPU (TFLOP/s/GPU)`` log field: 3 (forward, backward wgrad and dgrad) x
+  2 (multiply-add) x every GEMM, causal attention counted at half.
+- Weights, gradients and optimizer states in bytes per parameter: Megatron-LM
+  ``docs/user-guide/features/dist_optimizer.md`` (bf16 parameters with fp32 gradients: 18 bytes, or
+  6 + 12/d with the distributed optimizer over d data-parallel ranks).
+- Activations: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models"
+  (arXiv:2205.05198), Table 2: per layer s*b*h*(34 + 5*a*s/h) bytes without parallelism,
+  s*b*h*(10 + 24/t + 5*a*s/(h*t)) with tensor parallelism, s*b*h/t*(34 + 5*a*s/h) with sequence parallelism,
+  s*b*h*34/t with selective recompute, 2*s*b*h (/t with sequence parallelism) with full recompute; the
+  first pipeline stage keeps min(p, m) micro-batches in flight, x (1 + (p-1)/(p*v)) when interleaved (§4.2.3).
+  The 34 assumes a 4h GELU MLP; it is generalised here to any MLP width and to SwiGLU (see ``_act_terms``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from itertools import product
+from typing import Any
+
+from megaprov.jobspec import JobSpec, Problem
+
+GIB = 1024**3
+# Per-GPU memory megaprov keeps free for the CUDA context, NCCL buffers and allocator fragmentation.
+RESERVED_GIB = 3.0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_gib: float  # what nvidia-smi reports as total, in GiB
+    tflops_16bit: float  # dense BF16/FP16 tensor-core peak
+    tflops_fp32: float  # dense TF32 tensor-core peak (what fp32 training uses)
+    nvlink: bool = True
+
+
+# Dense (no sparsity) peaks from NVIDIA's data sheets.
+GPUS: dict[str, Gpu] = {
+    g.name: g
+    for g in (
+        Gpu("B200", 179.0, 2250.0, 1100.0),
+        Gpu("H200", 139.8, 989.0, 494.0),
+        Gpu("H100-SXM", 79.6, 989.0, 494.0),
+        Gpu("H100-PCIe", 79.6, 756.0, 378.0, nvlink=False),
+        Gpu("GH200", 94.5, 989.0, 494.0),
+        Gpu("A100-80GB", 79.2, 312.0, 156.0),
+        Gpu("A100-40GB", 39.4, 312.0, 156.0),
+        Gpu("L40S", 44.4, 362.0, 183.0, nvlink=False),
+        Gpu("A10", 22.0, 125.0, 62.5, nvlink=False),
+        # The CPU lab: one process per node, no memory verdict, a nominal peak so that step times print.
+        Gpu("cpu", 0.0, 0.2, 0.1, nvlink=False),
+    )
+}
+GPU_ALIASES = {"h100": "H100-SXM", "h100-80gb": "H100-SXM", "h200": "H200", "a100": "A100-80GB", "b200": "B200", "l40s": "L40S", "a10": "A10"}
+# MFU a well-tuned dense GPT reaches with Megatron-LM on large GEMMs (the assumption behind expected step
+# times); each layout's estimate scales it down for communication, the pipeline bubble and small GEMMs.
+DEFAULT_MFU = 0.50
+
+
+def gpu_named(name: str) -> Gpu | None:
+    if name in GPUS:
+        return GPUS[name]
+    key = name.lower()
+    for known in GPUS:
+        if known.lower() == key:
+            return GPUS[known]
+    alias = GPU_ALIASES.get(key)
+    return GPUS[alias] if alias else None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: int
+    gpus_per_node: int
+    gpu: Gpu
+    shared_dir: str = "/shared"
+    hosts: tuple[str, ...] = ()
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The choices the planner varies."""
+
+    tp: int
+    pp: int
+    cp: int
+    vp: int | None
+    micro_batch: int
+    recompute: str
+    sequence_parallel: bool
+    distributed_optimizer: bool
+
+    @classmethod
+    def of(cls, spec: JobSpec) -> Layout:
+        p, t = spec.parallel, spec.train
+        return cls(p.tensor, p.pipeline, p.context, p.virtual_stages, t.micro_batch_size, t.recompute, p.sequence_parallel, p.distributed_optimizer)
+
+    def describe(self) -> str:
+        vp = f" VP={self.vp}" if self.vp else ""
+        return (
+            f"TP={self.tp} PP={self.pp}{vp} CP={self.cp} micro={self.micro_batch} recompute={self.recompute}"
+            f"{' SP' if self.sequence_parallel else ''}{' dist-opt' if self.distributed_optimizer else ''}"
+        )
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Estimated bytes per GPU on the most loaded pipeline stage."""
+
+    parameters: float  # parameters held by that GPU
+    weights_and_optimizer: float  # weights + gradients + optimizer states
+    activations: float
+    logits: float
+    reserved: float
+    capacity: float  # 0 = not known (CPU)
+
+    @property
+    def total(self) -> float:
+        return self.weights_and_optimizer + self.activations + self.logits + self.reserved
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity <= 0 else self.total <= self.capacity
+
+
+@dataclass(frozen=True)
+class Fix:
+    field: str
+    value: Any
+    memory_gib: float
+
+    def render(self) -> str:
+        return f"{self.field}={self.value} ({self.memory_gib:.1f} GiB)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    job: str
+    nodes: int
+    gpus_per_node: int
+    gpu: str
+    world: int
+    layout: Layout
+    data_parallel: int
+    microbatches_per_step: int
+    padded_vocab: int
+    parameters: int
+    flops_per_iteration: float
+    memory: Memory
+    mfu_assumed: float
+    step_seconds: float
+    tokens_per_second: float
+    tokens_per_iteration: int
+    fixes: tuple[Fix, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool | None:
+        return self.memory.fits
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    data_parallel: int
+    memory_gib: float
+    mfu: float
+    step_seconds: float
+    tokens_per_second: float
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+
+    def add(self, path: str, message: str, fix: str) -> None:
+        self.items.append(Problem(path, message, fix))
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _choices(values: list[int], limit: int = 8) -> str:
+    values = values[:limit]
+    if len(values) == 1:
+        return str(values[0])
+    return ", ".join(str(v) for v in values[:-1]) + f" or {values[-1]}"
+
+
+def tokenizer_vocab(spec: JobSpec) -> int | None:
+    """Vocabulary size the tokenizer gives Megatron (end-of-document token included)."""
+    tok = spec.data.tokenizer
+    if spec.model.vocab_size:
+        return spec.model.vocab_size
+    if tok.type == "byte":
+        return 257  # 256 byte values + end of document (Megatron's NullTokenizer with --vocab-size 256)
+    if tok.type == "null" and tok.vocab_size:
+        return tok.vocab_size + 1
+    if tok.type == "gpt2-bpe":
+        return 50257
+    return None
+
+
+def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP."""
+    multiple = divisible_by * tp
+    return ((vocab + multiple - 1) // multiple) * multiple
+
+
+def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | None = None) -> list[Problem]:
+    """Every cross-field rule; with ``world`` also the ones that depend on the number of GPUs."""
+    m, p, t, d, c, launch = spec.model, spec.parallel, spec.train, spec.data, spec.checkpoint, spec.launch
+    out = _Problems()
+    heads = m.num_attention_heads
+    if m.hidden_size % heads:
+        out.add("model.hidden_size", f"model.hidden_size={m.hidden_size} is not a multiple of model.num_attention_heads={heads}",
+                f"use a hidden size such as {(m.hidden_size // heads + 1) * heads}")
+    if heads % p.tensor:
+        out.add("parallel.tensor", f"parallel.tensor={p.tensor} does not divide model.num_attention_heads={heads}", f"use {_choices(divisors(heads))}")
+    if m.num_query_groups is not None:
+        if heads % m.num_query_groups:
+            out.add("model.num_query_groups", f"model.num_query_groups={m.num_query_groups} does not divide model.num_attention_heads={heads}",
+                    f"use {_choices(divisors(heads))}")
+        elif m.num_query_groups % p.tensor:
+            out.add("parallel.tensor", f"parallel.tensor={p.tensor} does not divide model.num_query_groups={m.num_query_groups}",
+                    f"use {_choices(divisors(m.num_query_groups))}")
+    if m.ffn % p.tensor:
+        out.add("model.ffn_hidden_size", f"model.ffn_hidden_size={m.ffn} is not a multiple of parallel.tensor={p.tensor}", f"use a multiple of {p.tensor}")
+    if m.num_layers % p.pipeline:
+        out.add("parallel.pipeline", f"parallel.pipeline={p.pipeline} does not divide model.num_layers={m.num_layers}", f"use {_choices(divisors(m.num_layers))}")
+    elif p.virtual_stages is not None:
+        per_stage = m.num_layers // p.pipeline
+        if p.pipeline == 1 and p.virtual_stages > 1:
+            out.add("parallel.virtual_stages", f"parallel.virtual_stages={p.virtual_stages} needs parallel.pipeline > 1", "raise parallel.pipeline or remove virtual_stages")
+        elif per_stage % p.virtual_stages:
+            out.add("parallel.virtual_stages",
+                    f"parallel.virtual_stages={p.virtual_stages} does not divide the {per_stage} layers of each pipeline stage",
+                    f"use {_choices(divisors(per_stage))}")
+    if p.context > 1 and m.seq_length % (2 * p.context):
+        out.add("parallel.context", f"model.seq_length={m.seq_length} is not divisible by 2 x parallel.context={2 * p.context}",
+                f"use parallel.context {_choices([x for x in divisors(m.seq_length // 2) if x > 0])}")
+    if p.sequence_parallel and p.tensor == 1:
+        out.add("parallel.sequence_parallel", "parallel.sequence_parallel=true needs parallel.tensor > 1", "raise parallel.tensor or set sequence_parallel: false")
+    if p.overlap_param_gather and not p.distributed_optimizer:
+        out.add("parallel.overlap_param_gather", "parallel.overlap_param_gather=true needs parallel.distributed_optimizer=true", "enable distributed_optimizer")
+    if p.tp_comm_overlap and not p.sequence_parallel:
+        out.add("parallel.tp_comm_overlap", "parallel.tp_comm_overlap=true needs parallel.sequence_parallel=true", "enable sequence_parallel")
+    if m.max_positions < m.seq_length and m.position_embedding == "learned_absolute":
+        out.add("model.max_position_embeddings", f"model.max_position_embeddings={m.max_positions} is below model.seq_length={m.seq_length}",
+                f"use at least {m.seq_length}")
+    if t.global_batch_size % t.micro_batch_size:
+        out.add("train.global_batch_size", f"train.global_batch_size={t.global_batch_size} is not a multiple of train.micro_batch_size={t.micro_batch_size}",
+                f"use a multiple of {t.micro_batch_size}")
+    if t.min_lr > t.lr:
+        out.add("train.min_lr", f"train.min_lr={t.min_lr} is above train.lr={t.lr}", "use a min_lr at most lr")
+    if t.lr_warmup_iters >= (t.lr_decay_iters or t.train_iters) and t.lr_decay_style != "constant":
+        out.add("train.lr_warmup_iters", f"train.lr_warmup_iters={t.lr_warmup_iters} is not below the decay length {t.lr_decay_iters or t.train_iters}",
+                "shorten the warmup or lengthen train.lr_decay_iters")
+    if t.recompute != "full" and (t.recompute_method != "uniform" or t.recompute_num_layers != 1):
+        out.add("train.recompute_method", "train.recompute_method and recompute_num_layers apply only to recompute: full", "set recompute: full or remove them")
+    if d.mock and d.prefixes:
+        out.add("data.mock", "data.mock=true and data.prefixes are both set", "remove the prefixes or set mock: false")
+    if not d.mock and not d.prefixes:
+        out.add("data.prefixes", "data.prefixes is empty and data.mock is false", "list prepared datasets (megaprov data prepare) or set mock: true")
+    tok = d.tokenizer
+    if tok.type == "gpt2-bpe" and not (tok.vocab_file and tok.merge_file):
+        out.add("data.tokenizer.vocab_file", "data.tokenizer.type=gpt2-bpe needs vocab_file and merge_file", "give the paths of vocab.json and merges.txt")
+    if tok.type == "huggingface" and not tok.path:
+        out.add("data.tokenizer.path", "data.tokenizer.type=huggingface needs path", "give the directory holding tokenizer.json")
+    if tok.type == "null" and not tok.vocab_size:
+        out.add("data.tokenizer.vocab_size", "data.tokenizer.type=null needs vocab_size", "give the vocabulary size of the prepared data")
+    if tokenizer_vocab(spec) is None and not out.items:
+        out.add("model.vocab_size", f"model.vocab_size is unset and data.tokenizer.type={tok.type} does not imply one", "set model.vocab_size")
+    if c.directory is not None and ".." in c.directory.split("/"):
+        out.add("checkpoint.directory", f"checkpoint.directory={c.directory} contains '..'", "give a path inside the shared directory")
+    if launch.trainer == "lab" and launch.launcher != "torchrun":
+        out.add("launch.launcher", f"launch.launcher={launch.launcher} does not run the lab trainer", "use launcher: torchrun with trainer: lab")
+    if launch.trainer == "lab" and (p.pipeline > 1 or p.context > 1 or p.virtual_stages):
+        out.add("parallel.pipeline", "the lab trainer supports tensor and data parallelism only", "set pipeline: 1 and context: 1 for trainer: lab")
+    for key in launch.env:
+        if not key.replace("_", "a").isalnum() or key[0].isdigit():
+            out.add(f"launch.env.{key}", f"launch.env.{key} is not a valid environment variable name", "use letters, digits and _")
+    for flag in launch.extra_args:
+        if flag.startswith("--") and flag.split("=")[0] in _OWNED_FLAGS:
+            out.add("launch.extra_args", f"launch.extra_args sets {flag.split('=')[0]}, which megaprov renders from the spec",
+                    f"set it through the spec field {_OWNED_FLAGS[flag.split('=')[0]]}")
+    if world is not None:
+        model_parallel = p.tensor * p.pipeline * p.context
+        if world % model_parallel:
+            out.add("parallel.tensor",
+                    f"the world of {world} GPUs is not a multiple of tensor x pipeline x context = {p.tensor}x{p.pipeline}x{p.context} = {model_parallel}",
+                    f"use a model-parallel product among {_choices(divisors(world))}")
+        else:
+            dp = world // model_parallel
+            if t.global_batch_size % (t.micro_batch_size * dp):
+                good = [g for g in range(t.global_batch_size, t.global_batch_size + 64 * t.micro_batch_size * dp + 1) if g % (t.micro_batch_size * dp) == 0][:1]
+                out.add("train.global_batch_size",
+                        f"train.global_batch_size={t.global_batch_size} is not a multiple of micro_batch_size x data parallel = {t.micro_batch_size}x{dp}",
+                        f"use {good[0] if good else t.micro_batch_size * dp} (or change micro_batch_size or the parallel sizes)")
+        if gpus_per_node and p.tensor > gpus_per_node:
+            out.add("parallel.tensor", f"parallel.tensor={p.tensor} spans more than the {gpus_per_node} GPUs of a node",
+                    f"keep tensor parallelism inside a node: use {_choices([x for x in divisors(gpus_per_node) if heads % x == 0])}")
+    return out.items
+
+
+# Flags the renderer owns: a pass-through copy would silently contradict the spec.
+_OWNED_FLAGS = {
+    "--num-layers": "model.num_layers", "--hidden-size": "model.hidden_size", "--num-attention-heads": "model.num_attention_heads",
+    "--seq-length": "model.seq_length", "--micro-batch-size": "train.micro_batch_size", "--global-batch-size": "train.global_batch_size",
+    "--tensor-model-parallel-size": "parallel.tensor", "--pipeline-model-parallel-size": "parallel.pipeline",
+    "--context-parallel-size": "parallel.context", "--train-iters": "train.train_iters", "--lr": "train.lr",
+    "--save": "checkpoint.directory", "--load": "checkpoint.directory", "--data-path": "data.prefixes", "--bf16": "train.precision",
+    "--fp16": "train.precision", "--save-interval": "checkpoint.save_interval",
+}
+
+
+# ---------------------------------------------------------------------------------------------------- counts
+
+
+def _layer_parameters(spec: JobSpec) -> int:
+    m = spec.model
+    h, kv_ch = m.hidden_size, m.hidden_size // m.num_attention_heads
+    q, kv = kv_ch * m.num_attention_heads, kv_ch * m.query_groups
+    norm = h if m.normalization == "RMSNorm" else 2 * h
+    gate = 2 if m.activation == "swiglu" else 1
+    bias = 1 if m.bias_linear else 0
+    attention = h * (q + 2 * kv) + bias * (q + 2 * kv) + q * h + bias * h
+    mlp = h * m.ffn * gate + bias * m.ffn * gate + m.ffn * h + bias * h
+    return 2 * norm + attention + mlp
+
+
+def parameter_count(spec: JobSpec, tp: int = 1) -> dict[str, int]:
+    """Parameters of the whole model (Megatron GPTModel): per part and total."""
+    m = spec.model
+    vocab = padded_vocab(tokenizer_vocab(spec) or 0, m.make_vocab_size_divisible_by, tp)
+    h = m.hidden_size
+    embedding = vocab * h + (m.max_positions * h if m.position_embedding == "learned_absolute" else 0)
+    layers = m.num_layers * _layer_parameters(spec)
+    final_norm = h if m.normalization == "RMSNorm" else 2 * h
+    output = vocab * h if m.untie_embeddings else 0
+    return {"embedding": embedding, "transformer": layers + final_norm, "output": output, "total": embedding + layers + final_norm + output}
+
+
+def flops_per_iteration(spec: JobSpec, vocab: int, batch: int | None = None) -> float:
+    """Megatron-LM's model FLOPs for one iteration of ``batch`` samples (dense GPT, no MoE/MTP)."""
+    m = spec.model
+    b = spec.train.global_batch_size if batch is None else batch
+    s, h, layers = m.seq_length, m.hidden_size, m.num_layers
+    kv_ch = h // m.num_attention_heads
+    q, kv = kv_ch * m.num_attention_heads, kv_ch * m.query_groups
+    ffn_factor = 3 if m.activation == "swiglu" else 2
+    fb, fma = 3, 2
+    mlp = fb * fma * h * m.ffn * ffn_factor * layers
+    attention = fb * fma * (h * (q + 2 * kv) + q * s / 2 * 2 + q * h) * layers
+    logits = fb * fma * h * vocab
+    return float(b * s * (mlp + attention + logits))
+
+
+def _recompute_overhead(spec: JobSpec, vocab: int, recompute: str) -> float:
+    """Extra FLOPs recomputation costs, as a fraction of the model FLOPs."""
+    if recompute == "none":
+        return 0.0
+    m = spec.model
+    s, h, layers = m.seq_length, m.hidden_size, m.num_layers
+    q = (h // m.num_attention_heads) * m.num_attention_heads
+    total = flops_per_iteration(spec, vocab, 1) / s
+    if recompute == "selective":  # the core attention's forward pass again
+        return (2 * q * s * layers) / total
+    logits = 6 * h * vocab
+    return (total - logits) / 3 / total  # every layer's forward pass again
+
+
+def _act_terms(spec: JobSpec) -> tuple[float, float]:
+    """(replicated, tensor-split) coefficients of s*b*h in a layer's stored activations (16-bit).
+
+    Korthikanti et al.: 34 = attention 11 + layer norms 4 + MLP 19, of which 10 is not split by tensor
+    parallelism. The MLP's 19 is 2 (input) + 2f (activation input) + 2f (second GEMM input) + 1 (dropout
+    mask) with f = 4 for a 4h GELU MLP; SwiGLU stores the doubled first-GEMM output as well.
+    """
+    f = spec.model.ffn / spec.model.hidden_size
+    mlp = 3 + (6 * f if spec.model.activation == "swiglu" else 4 * f)
+    total = 15 + mlp
+    return 10.0, total - 10.0
+
+
+def memory(spec: JobSpec, layout: Layout, cluster: Cluster) -> Memory:
+    m, t = spec.model, spec.train
+    tp, pp, cp = layout.tp, layout.pp, layout.cp
+    world = cluster.world
+    dp = max(world // (tp * pp * cp), 1)
+    vocab = padded_vocab(tokenizer_vocab(spec) or 0, m.make_vocab_size_divisible_by, tp)
+    h = m.hidden_size
+    layers_per_stage = m.num_layers / pp
+    layer_params = _layer_parameters(spec) / tp
+    embedding = vocab * h / tp + (m.max_positions * h if m.position_embedding == "learned_absolute" else 0)
+    output = vocab * h / tp if (m.untie_embeddings or pp > 1) else 0.0  # a tied embedding is copied to the last stage
+    first = layers_per_stage * layer_params + embedding + (output if pp == 1 else 0.0)
+    last = layers_per_stage * layer_params + output + (embedding if pp == 1 else 0.0)
+    stage_params = max(first, last)
+
+    d = dp * cp  # the distributed optimizer shards over data-parallel x context-parallel ranks
+    per_param = {
+        "bf16": (18.0, 6.0 + 12.0 / d),
+        "fp16": (20.0, 4.0 + 16.0 / d),
+        "fp32": (16.0, 8.0 + 8.0 / d),
+    }[t.precision]
+    state = stage_params * (per_param[1] if layout.distributed_optimizer else per_param[0])
+
+    s = m.seq_length / cp
+    b = layout.micro_batch
+    a = m.num_attention_heads
+    sbh = s * b * h
+    rep, split = _act_terms(spec)
+    scores = 5 * a * s / h
+    sp = layout.sequence_parallel
+    if layout.recompute == "full":
+        per_layer = 2 * sbh / (tp if sp else 1)
+        working = sbh * ((rep + split + scores) / tp if sp else rep + (split + scores) / tp)  # one layer recomputed at a time
+    elif layout.recompute == "selective":
+        per_layer = sbh * ((rep + split) / tp if sp else rep + split / tp)
+        working = sbh * scores / tp
+    else:
+        per_layer = sbh * ((rep + split + scores) / tp if sp else rep + (split + scores) / tp)
+        working = 0.0
+    microbatches = max(t.global_batch_size // (b * dp), 1)
+    in_flight = min(pp, microbatches)
+    interleave = 1 + (pp - 1) / (pp * layout.vp) if layout.vp and layout.vp > 1 else 1.0
+    activations = per_layer * layers_per_stage * in_flight * interleave + working
+    if t.precision == "fp32":
+        activations *= 2
+    logits = 4.0 * s * b * vocab / tp * 2  # fp32 logits and their gradient on the last stage
+    capacity = cluster.gpu.memory_gib * GIB
+    return Memory(stage_params, state, activations, logits, RESERVED_GIB * GIB if capacity else 0.0, capacity)
+
+
+def _efficiency(spec: JobSpec, layout: Layout, cluster: Cluster, microbatches: int) -> float:
+    """Relative efficiency of a layout (1.0 = the assumed MFU), used to rank layouts, not to promise speed."""
+    eff = 1.0
+    if layout.tp > 1:
+        eff *= 1 - 0.04 * math.log2(layout.tp)  # tensor-parallel all-reduces on the critical path
+        if layout.tp > cluster.gpus_per_node or not cluster.gpu.nvlink:
+            eff *= 0.6
+    if layout.cp > 1:
+        eff *= 1 - 0.03 * math.log2(layout.cp)
+    vp = layout.vp or 1
+    bubble = (layout.pp - 1) / (vp * microbatches)  # pipeline bubble fraction (Narayanan et al. 2021)
+    eff /= 1 + bubble
+    if vp > 1:
+        eff *= 1 - 0.01 * vp  # extra point-to-point communication of the interleaved schedule
+    # Small GEMMs run below peak: rows are the micro-batch's tokens on this rank, columns the hidden size per rank.
+    rows = layout.micro_batch * spec.model.seq_length / layout.cp
+    cols = spec.model.hidden_size / layout.tp
+    eff *= rows / (rows + 256) * cols / (cols + 128)
+    return eff
+
+
+def _peak(cluster: Cluster, spec: JobSpec) -> float:
+    return (cluster.gpu.tflops_fp32 if spec.train.precision == "fp32" else cluster.gpu.tflops_16bit) * 1e12
+
+
+def _timing(spec: JobSpec, layout: Layout, cluster: Cluster, mfu: float) -> tuple[float, float, float]:
+    """(estimated MFU, seconds per iteration, tokens per second) for a layout."""
+    vocab = padded_vocab(tokenizer_vocab(spec) or 0, spec.model.make_vocab_size_divisible_by, layout.tp)
+    world = cluster.world
+    dp = max(world // (layout.tp * layout.pp * layout.cp), 1)
+    microbatches = max(spec.train.global_batch_size // (layout.micro_batch * dp), 1)
+    est_mfu = mfu * _efficiency(spec, layout, cluster, microbatches)
+    flops = flops_per_iteration(spec, vocab) * (1 + _recompute_overhead(spec, vocab, layout.recompute))
+    step = flops / (world * _peak(cluster, spec) * est_mfu)
+    tokens = spec.train.global_batch_size * spec.model.seq_length
+    return est_mfu, step, tokens / step
+
+
+def _with(spec: JobSpec, layout: Layout) -> JobSpec:
+    parallel = spec.parallel.model_copy(update={
+        "tensor": layout.tp, "pipeline": layout.pp, "context": layout.cp, "virtual_stages": layout.vp,
+        "sequence_parallel": layout.sequence_parallel, "distributed_optimizer": layout.distributed_optimizer,
+    })
+    train = spec.train.model_copy(update={"micro_batch_size": layout.micro_batch, "recompute": layout.recompute})
+    return spec.model_copy(update={"parallel": parallel, "train": train})
+
+
+def _valid(spec: JobSpec, layout: Layout, cluster: Cluster) -> bool:
+    return not spec_problems(_with(spec, layout), cluster.world, cluster.gpus_per_node)
+
+
+def fixes(spec: JobSpec, cluster: Cluster) -> list[Fix]:
+    """Single changes that make a job that does not fit fit, smallest memory first."""
+    base = Layout.of(spec)
+    trials: list[tuple[str, Any, Layout]] = []
+    for tp in divisors(cluster.gpus_per_node):
+        if tp > base.tp:
+            trials.append(("parallel.tensor", tp, replace(base, tp=tp, sequence_parallel=True)))
+    for pp in divisors(spec.model.num_layers):
+        if pp > base.pp:
+            trials.append(("parallel.pipeline", pp, replace(base, pp=pp)))
+    for mb in divisors(base.micro_batch):
+        if mb < base.micro_batch:
+            trials.append(("train.micro_batch_size", mb, replace(base, micro_batch=mb)))
+    for rc in ("selective", "full"):
+        if rc != base.recompute and not (base.recompute == "full"):
+            trials.append(("train.recompute", rc, replace(base, recompute=rc)))
+    if not base.distributed_optimizer:
+        trials.append(("parallel.distributed_optimizer", True, replace(base, distributed_optimizer=True)))
+    if base.tp > 1 and not base.sequence_parallel:
+        trials.append(("parallel.sequence_parallel", True, replace(base, sequence_parallel=True)))
+    found: dict[str, Fix] = {}
+    for name, value, layout in trials:
+        if name in found or not _valid(spec, layout, cluster):
+            continue
+        mem = memory(spec, layout, cluster)
+        if mem.fits:
+            found[name] = Fix(name, value, mem.total / GIB)
+    return sorted(found.values(), key=lambda f: f.memory_gib)
+
+
+def plan(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU) -> Plan:
+    """Plan ``spec`` on ``cluster``; the caller has checked :func:`spec_problems` first."""
+    layout = Layout.of(spec)
+    model_parallel = layout.tp * layout.pp * layout.cp
+    dp = cluster.world // model_parallel
+    vocab = padded_vocab(tokenizer_vocab(spec) or 0, spec.model.make_vocab_size_divisible_by, layout.tp)
+    mem = memory(spec, layout, cluster)
+    est_mfu, step, tps = _timing(spec, layout, cluster, mfu)
+    warnings = []
+    if layout.tp > 1 and not layout.sequence_parallel:
+        warnings.append("parallel.sequence_parallel is off with tensor > 1: activations are not split (turn it on to save memory)")
+    if layout.pp > 1 and (spec.train.global_batch_size // (layout.micro_batch * dp)) < 4 * layout.pp:
+        warnings.append(f"fewer than 4 x pipeline micro-batches per step: the pipeline bubble costs {100 * (layout.pp - 1) / max(spec.train.global_batch_size // (layout.micro_batch * dp), 1):.0f} % of the step")
+    if cluster.gpu.name != "cpu" and spec.launch.gpus_per_node != cluster.gpus_per_node:
+        warnings.append(f"launch.gpus_per_node={spec.launch.gpus_per_node} differs from the cluster's {cluster.gpus_per_node}; the plan uses the cluster")
+    return Plan(
+        job=spec.name,
+        nodes=cluster.nodes,
+        gpus_per_node=cluster.gpus_per_node,
+        gpu=cluster.gpu.name,
+        world=cluster.world,
+        layout=layout,
+        data_parallel=dp,
+        microbatches_per_step=spec.train.global_batch_size // (layout.micro_batch * dp),
+        padded_vocab=vocab,
+        parameters=parameter_count(spec, layout.tp)["total"],
+        flops_per_iteration=flops_per_iteration(spec, vocab),
+        memory=mem,
+        mfu_assumed=est_mfu,
+        step_seconds=step,
+        tokens_per_second=tps,
+        tokens_per_iteration=spec.train.global_batch_size * spec.model.seq_length,
+        fixes=tuple(fixes(spec, cluster)) if mem.fits is False else (),
+        warnings=tuple(warnings),
+    )
+
+
+@dataclass
+class _Search:
+    spec: JobSpec
+    cluster: Cluster
+    mfu: float
+    results: list[Candidate] = field(default_factory=list)
+
+
+def suggest(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU, top: int = 10) -> list[Candidate]:
+    """Valid layouts that fit, ranked by estimated tokens/s (then by memory)."""
+    m, t = spec.model, spec.train
+    world = cluster.world
+    heads = m.num_attention_heads
+    tps = [x for x in divisors(cluster.gpus_per_node) if heads % x == 0 and m.query_groups % x == 0 and m.ffn % x == 0]
+    pps = [x for x in divisors(m.num_layers) if world % x == 0]
+    cps = [x for x in (1, 2, 4, 8, 16) if x == 1 or m.seq_length % (2 * x) == 0]
+    recomputes = ("none", "selective", "full")
+    dist_opts = (True,) if spec.parallel.distributed_optimizer else (False, True)
+    search = _Search(spec, cluster, mfu)
+    lab = spec.launch.trainer == "lab"
+    for tp, pp, cp in product(tps, pps, cps):
+        if world % (tp * pp * cp) or (lab and (pp > 1 or cp > 1)):
+            continue
+        dp = world // (tp * pp * cp)
+        if t.global_batch_size % dp:
+            continue
+        per_rank = t.global_batch_size // dp
+        mbs = [x for x in divisors(per_rank) if x <= 16]
+        per_stage = m.num_layers // pp
+        vps: list[int | None] = [None] + ([v for v in divisors(per_stage) if 1 < v <= 8] if pp > 1 else [])
+        for mb, rc, vp, dist in product(mbs, recomputes, vps, dist_opts):
+            layout = Layout(tp, pp, cp, vp, mb, rc, tp > 1, dist)
+            mem = memory(spec, layout, cluster)
+            if mem.fits is False:
+                continue
+            est, step, tok = _timing(spec, layout, cluster, mfu)
+            search.results.append(Candidate(layout, dp, mem.total / GIB, est, step, tok))
+    search.results.sort(key=lambda c: (-round(c.tokens_per_second, 6), c.memory_gib))
+    return search.results[:top]

@@ -1,0 +1,330 @@
+"""Launch rendering: the exact Megatron-LM arguments, the torchrun command and environment per node, and an
+sbatch script. Pure functions: a job spec and a cluster in, text and argv out.
+
+The arguments target Megatron-LM ``core_v0.16.1`` (``PINNED_MEGATRON``); its complete flag list, produced by
+running that version's own ``add_megatron_arguments`` parser, is ``megaprov/megatron/flags-<tag>.json``, and
+pass-through arguments are checked against it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import posixpath
+import shlex
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from megaprov.jobspec import PINNED_MEGATRON, JobSpec, JobSpecError, Problem
+from megaprov.planner import Cluster
+
+# Environment every rank gets. CUDA_DEVICE_MAX_CONNECTIONS=1 keeps tensor-parallel communication kernels
+# ordered ahead of compute (Megatron-LM requires it for sequence parallelism and communication overlap).
+BASE_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "4", "PYTHONUNBUFFERED": "1"}
+# Written on every node by the fabric stage: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, GLOO_SOCKET_IFNAME, ...
+NCCL_ENV_FILE = "/etc/megaprov/nccl.env"
+LAB_TRAINER_MODULE = "megaprov.trainer"
+
+
+@cache
+def megatron_flags(tag: str = PINNED_MEGATRON) -> dict[str, dict[str, Any]]:
+    """Every ``--flag`` of ``pretrain_gpt.py`` at ``tag``: kind (switch/value/list) and choices."""
+    text = resources.files("megaprov").joinpath(f"megatron/flags-{tag}.json").read_text(encoding="utf-8")
+    flags: dict[str, dict[str, Any]] = json.loads(text)["flags"]
+    return flags
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    host: str
+    node_rank: int
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    script: str
+
+
+@dataclass(frozen=True)
+class Rendered:
+    job: str
+    job_dir: str
+    checkpoint_dir: str
+    megatron_args: tuple[str, ...]
+    nodes: tuple[NodeLaunch, ...]
+    sbatch: str | None
+
+
+def _under(shared: str, path: str) -> str:
+    return path if path.startswith("/") else posixpath.join(shared, path)
+
+
+def checkpoint_dir(spec: JobSpec, shared_dir: str) -> str:
+    if spec.checkpoint.directory is None:
+        return posixpath.join(shared_dir, "checkpoints", spec.name)
+    return posixpath.normpath(_under(shared_dir, spec.checkpoint.directory))
+
+
+def job_dir(spec: JobSpec, shared_dir: str) -> str:
+    return posixpath.join(shared_dir, "jobs", spec.name)
+
+
+def _num(value: float) -> str:
+    return repr(value) if isinstance(value, float) and not value.is_integer() else (f"{value:.1f}" if isinstance(value, float) else str(value))
+
+
+def megatron_args(spec: JobSpec, shared_dir: str = "/shared") -> list[str]:
+    """``pretrain_gpt.py`` arguments for the spec (the same list drives the lab trainer)."""
+    m, p, t, d, c = spec.model, spec.parallel, spec.train, spec.data, spec.checkpoint
+    a: list[str] = []
+
+    def opt(flag: str, value: Any) -> None:
+        a.extend([flag, _num(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)])
+
+    opt("--num-layers", m.num_layers)
+    opt("--hidden-size", m.hidden_size)
+    opt("--ffn-hidden-size", m.ffn)
+    opt("--num-attention-heads", m.num_attention_heads)
+    if m.num_query_groups is not None and m.num_query_groups != m.num_attention_heads:
+        a.append("--group-query-attention")
+        opt("--num-query-groups", m.num_query_groups)
+    opt("--seq-length", m.seq_length)
+    opt("--max-position-embeddings", m.max_positions)
+    opt("--position-embedding-type", m.position_embedding)
+    if m.position_embedding == "rope":
+        opt("--rotary-base", m.rotary_base)
+    opt("--normalization", m.normalization)
+    if m.activation == "swiglu":
+        a.append("--swiglu")
+    elif m.activation == "squared_relu":
+        a.append("--squared-relu")
+    if m.untie_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    if not m.bias_linear:
+        a.append("--disable-bias-linear")
+    opt("--init-method-std", m.init_method_std)
+    opt("--hidden-dropout", m.hidden_dropout)
+    opt("--attention-dropout", m.attention_dropout)
+    opt("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by)
+
+    opt("--tensor-model-parallel-size", p.tensor)
+    opt("--pipeline-model-parallel-size", p.pipeline)
+    opt("--context-parallel-size", p.context)
+    if p.virtual_stages and p.virtual_stages > 1:
+        opt("--num-virtual-stages-per-pipeline-rank", p.virtual_stages)
+    for flag, on in (
+        ("--sequence-parallel", p.sequence_parallel),
+        ("--use-distributed-optimizer", p.distributed_optimizer),
+        ("--overlap-grad-reduce", p.overlap_grad_reduce),
+        ("--overlap-param-gather", p.overlap_param_gather),
+        ("--tp-comm-overlap", p.tp_comm_overlap),
+    ):
+        if on:
+            a.append(flag)
+
+    opt("--micro-batch-size", t.micro_batch_size)
+    opt("--global-batch-size", t.global_batch_size)
+    opt("--train-iters", t.train_iters)
+    opt("--lr", t.lr)
+    opt("--min-lr", t.min_lr)
+    opt("--lr-decay-style", t.lr_decay_style)
+    opt("--lr-decay-iters", t.lr_decay_iters or t.train_iters)
+    opt("--lr-warmup-iters", t.lr_warmup_iters)
+    opt("--weight-decay", t.weight_decay)
+    opt("--adam-beta1", t.adam_beta1)
+    opt("--adam-beta2", t.adam_beta2)
+    opt("--clip-grad", t.clip_grad)
+    if t.precision != "fp32":
+        a.append(f"--{t.precision}")
+    if t.recompute != "none":
+        opt("--recompute-granularity", t.recompute)
+        if t.recompute == "full":
+            opt("--recompute-method", t.recompute_method)
+            opt("--recompute-num-layers", t.recompute_num_layers)
+    opt("--seed", t.seed)
+
+    if d.mock:
+        a.append("--mock-data")
+    else:
+        a.append("--data-path")
+        for prefix in d.prefixes:
+            a.extend([_num(prefix.weight), _under(shared_dir, prefix.path)])
+    opt("--split", d.split)
+    tok = d.tokenizer
+    if tok.type == "byte":  # 256 byte values; Megatron's NullTokenizer adds the end-of-document id 256
+        a.extend(["--tokenizer-type", "NullTokenizer", "--vocab-size", "256"])
+    elif tok.type == "null":
+        a.extend(["--tokenizer-type", "NullTokenizer", "--vocab-size", str(tok.vocab_size)])
+    elif tok.type == "gpt2-bpe":
+        a.extend(["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", _under(shared_dir, tok.vocab_file or ""),
+                  "--merge-file", _under(shared_dir, tok.merge_file or "")])
+    else:
+        a.extend(["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", _under(shared_dir, tok.path or "")])
+
+    ckpt = checkpoint_dir(spec, shared_dir)
+    opt("--save", ckpt)
+    if c.resume == "auto":  # Megatron starts from scratch when the directory holds no checkpoint yet
+        opt("--load", ckpt)
+    opt("--save-interval", c.save_interval)
+    opt("--ckpt-format", c.format)
+    if c.async_save:
+        a.append("--async-save")
+    a.append("--exit-signal-handler")  # SIGTERM (systemd stop, Slurm preemption) saves a checkpoint, then exits
+
+    opt("--log-interval", t.log_interval)
+    a.append("--log-throughput")
+    opt("--eval-interval", t.eval_interval)
+    opt("--eval-iters", t.eval_iters)
+    opt("--tensorboard-dir", posixpath.join(job_dir(spec, shared_dir), "tensorboard"))
+    opt("--distributed-backend", "gloo" if spec.launch.trainer == "lab" else "nccl")
+    a.extend(spec.launch.extra_args)
+    return a
+
+
+def check_extra_args(spec: JobSpec, tag: str = PINNED_MEGATRON) -> list[Problem]:
+    """Pass-through arguments must be flags of the pinned Megatron-LM (values follow their flag)."""
+    flags = megatron_flags(tag)
+    problems = []
+    for i, item in enumerate(spec.launch.extra_args):
+        if not item.startswith("--"):
+            if i == 0:
+                problems.append(Problem("launch.extra_args", f"launch.extra_args[0]={item!r} is a value without a flag", "start with a --flag"))
+            continue
+        name, _, inline = item.partition("=")
+        if name not in flags:
+            close = difflib.get_close_matches(name, list(flags), n=1)
+            hint = f"did you mean {close[0]}?" if close else f"see pretrain_gpt.py --help of Megatron-LM {tag}"
+            problems.append(Problem("launch.extra_args", f"launch.extra_args[{i}]={name} is not a Megatron-LM {tag} argument", hint))
+            continue
+        choices = flags[name].get("choices")
+        value = inline or (spec.launch.extra_args[i + 1] if i + 1 < len(spec.launch.extra_args) else "")
+        if choices and value not in choices and not value.startswith("--"):
+            problems.append(Problem("launch.extra_args", f"launch.extra_args[{i}]: {name} {value} is not allowed", f"use one of {', '.join(choices)}"))
+    return problems
+
+
+def _env(spec: JobSpec) -> dict[str, str]:
+    env = dict(BASE_ENV)
+    if spec.launch.trainer == "megatron-lm":
+        env["PYTHONPATH"] = spec.launch.megatron_dir
+    env.update(spec.launch.env)
+    return env
+
+
+def _entry(spec: JobSpec) -> list[str]:
+    if spec.launch.trainer == "lab":
+        return ["--module", LAB_TRAINER_MODULE]
+    return [posixpath.join(spec.launch.megatron_dir, "pretrain_gpt.py")]
+
+
+def torchrun_argv(spec: JobSpec, nodes: int, gpus_per_node: int, node_rank: int, master: str, shared_dir: str) -> list[str]:
+    """The command one node runs: torchrun with a static rendezvous on node rank 0."""
+    logs = posixpath.join(job_dir(spec, shared_dir), "torchrun")
+    return [
+        spec.launch.python, "-m", "torch.distributed.run",
+        "--nnodes", str(nodes),
+        "--nproc-per-node", str(gpus_per_node),
+        "--node-rank", str(node_rank),
+        "--master-addr", master,
+        "--master-port", str(spec.launch.master_port),
+        "--max-restarts", "0",  # restarts belong to the supervisor, which resumes from the last checkpoint
+        "--log-dir", logs,
+        *_entry(spec),
+        *megatron_args(spec, shared_dir),
+    ]
+
+
+def _script(spec: JobSpec, host: str, rank: int, nodes: int, env: dict[str, str], argv: list[str], shared_dir: str) -> str:
+    lines = [
+        "#!/bin/bash",
+        f"# megaprov job {spec.name}: node {host}, rank {rank} of {nodes} (Megatron-LM {PINNED_MEGATRON})",
+        "set -euo pipefail",
+        f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
+        *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+        f"cd {shlex.quote(job_dir(spec, shared_dir))}",
+        "exec " + " \\\n    ".join(_pairs(argv)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _pairs(argv: list[str]) -> list[str]:
+    """Group a flag with its values, one per line, for readable scripts."""
+    out: list[str] = []
+    for item in argv:
+        if (item.startswith("-") and not _is_number(item)) or item.endswith(".py") or not out:
+            out.append(shlex.quote(item))
+        else:
+            out[-1] += " " + shlex.quote(item)
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def sbatch_script(spec: JobSpec, cluster: Cluster) -> str:
+    """An sbatch script: one torchrun per node through srun, rendezvous on the first node of the allocation."""
+    shared = cluster.shared_dir
+    jdir = job_dir(spec, shared)
+    s = spec.launch.slurm
+    head = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={spec.name}",
+        f"#SBATCH --nodes={cluster.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+    ]
+    if cluster.gpu.name != "cpu":
+        head.append(f"#SBATCH --gpus-per-node={cluster.gpus_per_node}")
+    head += ["#SBATCH --exclusive", f"#SBATCH --output={jdir}/slurm-%j.out", "#SBATCH --requeue", "#SBATCH --signal=TERM@120"]
+    for key, value in (("partition", s.partition), ("account", s.account), ("time", s.time), ("qos", s.qos)):
+        if value:
+            head.append(f"#SBATCH --{key}={value}")
+    env = _env(spec)
+    argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "MASTER", shared)
+    i = argv.index("--node-rank")
+    argv[i + 1] = "NODE_RANK"
+    inner = " ".join(shlex.quote(x) for x in argv).replace("NODE_RANK", '"$SLURM_NODEID"').replace("MASTER", '"$MASTER_ADDR"')
+    body = [
+        "set -euo pipefail",
+        f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
+        *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export MASTER_ADDR",
+        f"mkdir -p {shlex.quote(jdir)}",
+        f"cd {shlex.quote(jdir)}",
+        f"srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c {shlex.quote('exec ' + inner)}",
+    ]
+    return "\n".join(head + [""] + body) + "\n"
+
+
+def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]]) -> Rendered:
+    """Render every node's launch. ``hosts`` are (inventory name, address) of the training nodes, rank order."""
+    problems = check_extra_args(spec)
+    shared = cluster.shared_dir
+    ckpt = checkpoint_dir(spec, shared)
+    if not (ckpt + "/").startswith(shared.rstrip("/") + "/"):
+        problems.append(Problem("checkpoint.directory", f"checkpoint.directory={ckpt} is not under the shared directory {shared}",
+                                "every node must see the checkpoints: use a path under it (or a relative path)"))
+    for prefix in spec.data.prefixes:
+        path = _under(shared, prefix.path)
+        if not (path + "/").startswith(shared.rstrip("/") + "/"):
+            problems.append(Problem("data.prefixes", f"data.prefixes path {path} is not under the shared directory {shared}",
+                                    "put prepared data on the shared directory (megaprov data prepare --output-prefix)"))
+    if len(hosts) < cluster.nodes:
+        problems.append(Problem("launch.nodes", f"the job needs {cluster.nodes} nodes but the inventory has {len(hosts)} in [gpu_nodes]",
+                                f"set launch.nodes to at most {len(hosts)} or add nodes"))
+    if problems:
+        raise JobSpecError(problems)
+    chosen = hosts[: cluster.nodes]
+    master = chosen[0][1]
+    env = _env(spec)
+    launches = []
+    for rank, (name, _address) in enumerate(chosen):
+        argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, rank, master, shared)
+        launches.append(NodeLaunch(name, rank, tuple(argv), tuple(sorted(env.items())), _script(spec, name, rank, cluster.nodes, env, argv, shared)))
+    sbatch = sbatch_script(spec, cluster) if spec.launch.launcher == "slurm" else None
+    return Rendered(spec.name, job_dir(spec, shared), ckpt, tuple(megatron_args(spec, shared)), tuple(launches), sbatch)
