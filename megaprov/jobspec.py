@@ -43,6 +43,9 @@ class Model(_Section):
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     position_embedding: Literal["learned_absolute", "rope"] = "learned_absolute"
     rotary_base: int = Field(10000, ge=1, description="RoPE base (position_embedding: rope)")
+    attention_backend: Literal["auto", "flash", "fused", "unfused", "local"] = Field(
+        "auto", description="--attention-backend; auto/flash/fused never store the s x s attention scores"
+    )
     untie_embeddings: bool = Field(False, description="separate output layer weights")
     bias_linear: bool = Field(True, description="biases in linear layers (false = --disable-bias-linear)")
     init_method_std: float = Field(0.02, gt=0)

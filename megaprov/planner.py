@@ -16,7 +16,8 @@ Sources of the formulas (read, re-derived, not copied):
   s*b*h*(10 + 24/t + 5*a*s/(h*t)) with tensor parallelism, s*b*h/t*(34 + 5*a*s/h) with sequence parallelism,
   s*b*h*34/t with selective recompute, 2*s*b*h (/t with sequence parallelism) with full recompute; the
   first pipeline stage keeps min(p, m) micro-batches in flight, x (1 + (p-1)/(p*v)) when interleaved (§4.2.3).
-  The 34 assumes a 4h GELU MLP; it is generalised here to any MLP width and to SwiGLU (see ``_act_terms``).
+  The 34 assumes a 4h GELU MLP; it is generalised here to any MLP width and to SwiGLU (see ``_act_terms``);
+  the 5*a*s/h score term applies only to attention backends that store the scores (unfused, local).
 """
 
 from __future__ import annotations
@@ -425,7 +426,9 @@ def memory(spec: JobSpec, layout: Layout, cluster: Cluster) -> Memory:
     a = m.num_attention_heads
     sbh = s * b * h
     rep, split = _act_terms(spec)
-    scores = 5 * a * s / h
+    # Flash and fused attention (Megatron's default through Transformer Engine) never store the attention
+    # scores: the paper's 5as/h term applies to the unfused and local backends only.
+    scores = 5 * a * s / h if m.attention_backend in ("unfused", "local") else 0.0
     sp = layout.sequence_parallel
     if layout.recompute == "full":
         per_layer = 2 * sbh / (tp if sp else 1)

@@ -94,6 +94,7 @@ def megatron_args(spec: JobSpec, shared_dir: str = "/shared") -> list[str]:
     if m.position_embedding == "rope":
         opt("--rotary-base", m.rotary_base)
     opt("--normalization", m.normalization)
+    opt("--attention-backend", m.attention_backend)
     if m.activation == "swiglu":
         a.append("--swiglu")
     elif m.activation == "squared_relu":
@@ -284,10 +285,9 @@ def sbatch_script(spec: JobSpec, cluster: Cluster) -> str:
         if value:
             head.append(f"#SBATCH --{key}={value}")
     env = _env(spec)
-    argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "MASTER", shared)
-    i = argv.index("--node-rank")
-    argv[i + 1] = "NODE_RANK"
-    inner = " ".join(shlex.quote(x) for x in argv).replace("NODE_RANK", '"$SLURM_NODEID"').replace("MASTER", '"$MASTER_ADDR"')
+    argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "@@MASTER@@", shared)
+    argv[argv.index("--node-rank") + 1] = "@@RANK@@"
+    inner = " ".join(shlex.quote(x) for x in argv).replace("@@RANK@@", '"$SLURM_NODEID"').replace("@@MASTER@@", '"$MASTER_ADDR"')
     body = [
         "set -euo pipefail",
         f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",

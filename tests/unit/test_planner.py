@@ -1,0 +1,187 @@
+"""Planner arithmetic against independent closed forms and published model sizes."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from megaprov import jobspec, planner
+from megaprov.planner import GIB, GPUS, Cluster, Layout
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = ROOT / "examples" / "jobs"
+
+
+def spec(name):
+    return jobspec.load(JOBS / f"{name}.yml")
+
+
+def tweak(s, section, **fields):
+    return s.model_copy(update={section: getattr(s, section).model_copy(update=fields)})
+
+
+def messages(s, world=None, gpn=None):
+    return [f"{p.message}; {p.fix}" for p in planner.spec_problems(s, world, gpn)]
+
+
+H100x8 = Cluster(1, 8, GPUS["H100-SXM"])
+
+
+def test_examples_are_consistent_on_their_own_cluster():
+    for path in JOBS.glob("*.yml"):
+        s = jobspec.load(path)
+        world = s.launch.nodes * s.launch.gpus_per_node
+        assert planner.spec_problems(s, world, s.launch.gpus_per_node) == [], path.name
+
+
+def test_gpt3_175b_parameters_and_vocab_padding():
+    s = spec("gpt3-175b-128nodes")
+    counts = planner.parameter_count(s, tp=8)
+    assert planner.padded_vocab(50257, 128, 8) == 51200
+    # 12*L*h^2 (weights) + 13*L*h (biases, norms) + V*h + s*h + 2h: Brown et al. call it 175B.
+    L, h, V, S = 96, 12288, 51200, 2048
+    assert counts["total"] == 12 * L * h * h + 13 * L * h + V * h + S * h + 2 * h
+    assert round(counts["total"] / 1e9, 1) == 174.6
+
+
+def test_llama3_8b_parameters_match_the_published_count():
+    # Meta's Llama-3-8B checkpoint has 8,030,261,248 parameters.
+    assert planner.parameter_count(spec("llama-8b-2nodes"), tp=2)["total"] == 8_030_261_248
+
+
+def test_flops_match_the_closed_form_for_gpt():
+    # For a GELU GPT with a 4h MLP and multi-head attention, Megatron-LM's formula reduces to
+    # 72 B s L h^2 (1 + s/(12 h) + V/(12 L h)) (Narayanan et al. 2021 with causal attention counted at half).
+    s = spec("gpt3-175b-128nodes")
+    B, S, L, h, V = 1536, 2048, 96, 12288, 51200
+    expected = 72 * B * S * L * h * h * (1 + S / (12 * h) + V / (12 * L * h))
+    assert planner.flops_per_iteration(s, V) == pytest.approx(expected, rel=1e-12)
+
+
+def test_flops_swiglu_and_gqa_terms():
+    s = spec("llama-8b-2nodes")
+    B, S, L, h, f, V, groups, heads = 128, 8192, 32, 4096, 14336, 128256, 8, 32
+    kv = h // heads * groups
+    per_token = 6 * L * (3 * h * f + h * (h + 2 * kv) + h * S + h * h) + 6 * h * V
+    assert planner.flops_per_iteration(s, V) == pytest.approx(B * S * per_token, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("section", "fields", "expected"),
+    [
+        ("parallel", {"tensor": 3}, "parallel.tensor=3 does not divide model.num_attention_heads=16; use 1, 2, 4, 8 or 16"),
+        ("parallel", {"pipeline": 5}, "parallel.pipeline=5 does not divide model.num_layers=24; use 1, 2, 3, 4, 6, 8, 12 or 24"),
+        ("parallel", {"sequence_parallel": True}, "parallel.sequence_parallel=true needs parallel.tensor > 1"),
+        ("parallel", {"context": 3}, "model.seq_length=1024 is not divisible by 2 x parallel.context=6"),
+        ("parallel", {"pipeline": 2, "virtual_stages": 5}, "parallel.virtual_stages=5 does not divide the 12 layers of each pipeline stage"),
+        ("parallel", {"overlap_param_gather": True, "distributed_optimizer": False}, "needs parallel.distributed_optimizer=true"),
+        ("train", {"micro_batch_size": 3}, "train.global_batch_size=256 is not a multiple of train.micro_batch_size=3"),
+        ("train", {"min_lr": 1.0}, "train.min_lr=1.0 is above train.lr"),
+    ],
+)
+def test_divisibility_rules_name_field_value_and_fix(section, fields, expected):
+    s = tweak(spec("gpt-345m-1node"), section, **fields)
+    assert any(expected in m for m in messages(s)), messages(s)
+
+
+def test_world_rules():
+    s = spec("gpt-345m-1node")
+    assert any("the world of 6 GPUs is not a multiple of" in m for m in messages(tweak(s, "parallel", tensor=4), 6, 8))
+    # 256 sequences over micro 8 x DP 24: not a whole number of micro-batches.
+    out = messages(s, 24, 8)
+    assert any("train.global_batch_size=256 is not a multiple of micro_batch_size x data parallel = 8x24; use 384" in m for m in out), out
+    assert any("spans more than the 4 GPUs of a node" in m for m in messages(tweak(s, "parallel", tensor=8), 8, 4))
+
+
+def test_data_and_tokenizer_rules():
+    s = spec("gpt-345m-1node")
+    both = s.model_copy(update={"data": s.data.model_copy(update={"mock": True})})
+    assert any("data.mock=true and data.prefixes are both set" in m for m in messages(both))
+    no_files = s.model_copy(update={"data": s.data.model_copy(update={"tokenizer": jobspec.Tokenizer(type="gpt2-bpe")})})
+    assert any("needs vocab_file and merge_file" in m for m in messages(no_files))
+    hf = s.model_copy(update={"data": s.data.model_copy(update={"tokenizer": jobspec.Tokenizer(type="huggingface", path="t")})})
+    assert any("model.vocab_size is unset" in m for m in messages(hf))
+
+
+def test_extra_args_may_not_override_rendered_flags():
+    s = tweak(spec("gpt-345m-1node"), "launch", extra_args=["--num-layers", "12"])
+    assert any("sets --num-layers, which megaprov renders from the spec; set it through the spec field model.num_layers" in m for m in messages(s))
+
+
+def test_activation_memory_follows_korthikanti_table_2():
+    s = tweak(spec("gpt3-175b-128nodes"), "model", attention_backend="unfused")  # the paper's attention stores the scores
+    c = Cluster(128, 8, GPUS["H100-SXM"])
+    base = Layout.of(s)  # TP 8, PP 16, SP, selective recompute, micro batch 1
+    S, b, h, t = 2048, 1, 12288, 8
+    per_layer = 34 * S * b * h / t  # selective recompute with sequence parallelism
+    layers_in_flight = 96 / 16 * 16  # first stage: L/p layers x p micro-batches in flight
+    working = 5 * 96 * S / h * S * b * h / t  # the recomputed attention scores of one layer
+    assert planner.memory(s, base, c).activations == pytest.approx(per_layer * layers_in_flight + working)
+    none_sp = planner.memory(s, replace(base, recompute="none"), c).activations
+    none_no_sp = planner.memory(s, replace(base, recompute="none", sequence_parallel=False), c).activations
+    full = planner.memory(s, replace(base, recompute="full"), c).activations
+    assert full < planner.memory(s, base, c).activations < none_sp < none_no_sp
+    assert none_no_sp == pytest.approx(S * b * h * (10 + 24 / t + 5 * 96 * S / (h * t)) * layers_in_flight)
+
+
+def test_flash_attention_stores_no_scores():
+    s = spec("gpt3-175b-128nodes")
+    c = Cluster(128, 8, GPUS["H100-SXM"])
+    none = replace(Layout.of(s), recompute="none")
+    flash = planner.memory(s, none, c).activations
+    unfused = planner.memory(tweak(s, "model", attention_backend="unfused"), none, c).activations
+    assert flash == pytest.approx(34 * 2048 * 12288 / 8 * 96)  # s*b*h/t*34 per layer, no 5as/h term
+    assert unfused > flash
+
+
+def test_weights_and_optimizer_bytes_per_parameter():
+    s = spec("gpt-345m-1node")  # DP 8 on one node, bf16
+    layout = Layout.of(s)
+    dist = planner.memory(s, layout, H100x8)
+    plain = planner.memory(s, replace(layout, distributed_optimizer=False), H100x8)
+    assert plain.weights_and_optimizer == pytest.approx(plain.parameters * 18)
+    assert dist.weights_and_optimizer == pytest.approx(dist.parameters * (6 + 12 / 8))
+
+
+def test_a_job_that_does_not_fit_gets_fixes_that_fit():
+    s = tweak(spec("llama-8b-2nodes"), "parallel", tensor=1, sequence_parallel=False, distributed_optimizer=False, overlap_param_gather=False)
+    s = tweak(s, "train", recompute="none")
+    c = Cluster(2, 8, GPUS["A100-40GB"])
+    assert planner.spec_problems(s, c.world, 8) == []
+    p = planner.plan(s, c)
+    assert p.fits is False
+    assert p.fixes, "a 40 GB GPU can hold an 8B model with more model parallelism"
+    for fix in p.fixes:
+        section, name = fix.field.split(".")
+        fixed = tweak(s, section, **{name: fix.value, **({"sequence_parallel": True} if name == "tensor" else {})})
+        assert planner.plan(fixed, c).fits is True, fix
+
+
+def test_plan_of_the_175b_example():
+    p = planner.plan(spec("gpt3-175b-128nodes"), Cluster(128, 8, GPUS["H100-SXM"]))
+    assert (p.world, p.data_parallel, p.microbatches_per_step) == (1024, 8, 192)
+    assert p.fits is True and 15 < p.memory.total / GIB < 40
+    assert 0.2 < p.mfu_assumed < 0.5
+    assert p.tokens_per_second == pytest.approx(p.tokens_per_iteration / p.step_seconds)
+
+
+def test_suggest_returns_only_valid_fitting_layouts_best_first():
+    s = spec("gpt3-175b-128nodes")
+    c = Cluster(128, 8, GPUS["H100-SXM"])
+    found = planner.suggest(s, c, top=15)
+    assert len(found) == 15
+    speeds = [x.tokens_per_second for x in found]
+    assert speeds == sorted(speeds, reverse=True)
+    for cand in found:
+        assert planner.spec_problems(planner._with(s, cand.layout), c.world, 8) == []
+        assert cand.memory_gib <= GPUS["H100-SXM"].memory_gib
+
+
+def test_suggest_on_too_small_a_cluster_finds_nothing():
+    assert planner.suggest(spec("gpt3-175b-128nodes"), Cluster(1, 8, GPUS["A10"])) == []
+
+
+def test_gpu_names_and_aliases():
+    assert planner.gpu_named("h100").name == "H100-SXM"
+    assert planner.gpu_named("a100-80gb").name == "A100-80GB"
+    assert planner.gpu_named("TPU") is None

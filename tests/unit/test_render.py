@@ -1,0 +1,185 @@
+"""Rendered launches: golden pretrain_gpt.py arguments, every flag checked against Megatron-LM core_v0.16.1's own
+parser (recorded in megaprov/megatron/flags-core_v0.16.1.json by scripts/dump-megatron-flags.py), torchrun
+arguments checked by torch's parser, and scripts checked by bash."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from megaprov import jobspec, planner, render
+from megaprov.jobspec import JobSpecError
+from megaprov.planner import GPUS, Cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = ROOT / "examples" / "jobs"
+GOLDEN = Path(__file__).parent / "golden"
+FLAGS = render.megatron_flags()
+
+
+def spec(name):
+    return jobspec.load(JOBS / f"{name}.yml")
+
+
+def cluster_for(s, shared="/shared"):
+    gpu = GPUS["cpu"] if s.launch.trainer == "lab" else GPUS["H100-SXM"]
+    return Cluster(s.launch.nodes, s.launch.gpus_per_node, gpu, shared)
+
+
+def hosts(n):
+    return [(f"node{i:02d}", f"10.0.0.{i + 1}") for i in range(n)]
+
+
+def assert_megatron_accepts(args):
+    """Walk argv the way argparse would with Megatron-LM's flag table: known flags, arity, choices."""
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        assert flag.startswith("--"), f"value {flag!r} without a flag at position {i}"
+        assert flag in FLAGS, f"{flag} is not a Megatron-LM core_v0.16.1 argument"
+        kind = FLAGS[flag]["kind"]
+        values = []
+        j = i + 1
+        while j < len(args) and not (args[j].startswith("--")):
+            values.append(args[j])
+            j += 1
+        if kind == "switch":
+            assert values == [], f"{flag} takes no value, got {values}"
+        elif kind == "value":
+            assert len(values) == 1, f"{flag} takes one value, got {values}"
+        else:
+            assert values, f"{flag} needs values"
+        if "choices" in FLAGS[flag]:
+            assert values[0] in FLAGS[flag]["choices"], f"{flag} {values[0]} not in {FLAGS[flag]['choices']}"
+        i = j
+
+
+def test_flag_table_is_the_pinned_version():
+    assert len(FLAGS) == 681
+    for flag in ("--num-layers", "--tensor-model-parallel-size", "--use-distributed-optimizer", "--mock-data", "--ckpt-format", "--exit-signal-handler"):
+        assert flag in FLAGS
+    assert FLAGS["--recompute-granularity"]["choices"] == ["full", "selective"]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in JOBS.glob("*.yml")))
+def test_golden_megatron_arguments(name):
+    s = spec(name)
+    args = render.megatron_args(s, "/shared")
+    assert_megatron_accepts(args)
+    golden = GOLDEN / f"{name}.args"
+    text = "\n".join(args) + "\n"
+    if os.environ.get("MEGAPROV_UPDATE_GOLDEN"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text(), f"rendered arguments changed; review and rerun with MEGAPROV_UPDATE_GOLDEN=1 ({golden})"
+
+
+def test_key_arguments_of_the_175b_job():
+    args = render.megatron_args(spec("gpt3-175b-128nodes"), "/shared")
+    joined = " ".join(args)
+    for piece in (
+        "--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 16", "--sequence-parallel", "--use-distributed-optimizer",
+        "--micro-batch-size 1 --global-batch-size 1536", "--bf16", "--recompute-granularity selective",
+        "--data-path 1.0 /shared/data/pile/pile_text_document", "--tokenizer-type GPT2BPETokenizer",
+        "--save /shared/checkpoints/gpt3-175b --load /shared/checkpoints/gpt3-175b", "--ckpt-format torch_dist", "--distributed-backend nccl",
+    ):
+        assert piece in joined, piece
+
+
+def test_byte_tokenizer_renders_megatrons_null_tokenizer():
+    args = " ".join(render.megatron_args(spec("lab-tiny"), "/shared"))
+    assert "--tokenizer-type NullTokenizer --vocab-size 256" in args
+    assert "--distributed-backend gloo" in args
+    assert "--bf16" not in args and "--fp16" not in args  # fp32
+
+
+def test_resume_never_renders_no_load():
+    s = spec("gpt-345m-1node")
+    s = s.model_copy(update={"checkpoint": s.checkpoint.model_copy(update={"resume": "never"})})
+    assert "--load" not in render.megatron_args(s)
+
+
+def test_torchrun_arguments_parse_with_torchs_own_parser():
+    run = pytest.importorskip("torch.distributed.run", reason="torch is not installed in this environment")
+    s = spec("llama-8b-2nodes")
+    out = render.render(s, cluster_for(s), hosts(2))
+    parser = run.get_args_parser()
+    for node in out.nodes:
+        argv = list(node.argv)
+        assert argv[:3] == ["/opt/megaprov/venv/bin/python", "-m", "torch.distributed.run"]
+        ns = parser.parse_args(argv[3:])
+        assert (ns.nnodes, ns.nproc_per_node, ns.node_rank) == ("2", "8", node.node_rank)
+        assert (ns.master_addr, ns.master_port) == ("10.0.0.1", 29500)
+        assert ns.training_script == "/opt/megatron-lm/pretrain_gpt.py"
+        assert_megatron_accepts(ns.training_script_args)
+
+
+def test_lab_trainer_is_a_module_launch():
+    s = spec("lab-tiny")
+    out = render.render(s, cluster_for(s), hosts(2))
+    argv = list(out.nodes[1].argv)
+    assert argv[argv.index("--module") + 1] == "megaprov.trainer"
+    assert argv[argv.index("--node-rank") + 1] == "1"
+    assert out.sbatch is None
+
+
+def test_environment_and_scripts_are_valid_bash(tmp_path):
+    s = spec("llama-8b-2nodes")
+    out = render.render(s, cluster_for(s), hosts(2))
+    env = dict(out.nodes[0].env)
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert env["NCCL_DEBUG"] == "WARN"
+    assert env["PYTHONPATH"] == "/opt/megatron-lm"
+    script = out.nodes[1].script
+    assert ". /etc/megaprov/nccl.env" in script and "--node-rank 1" in script
+    path = tmp_path / "node.sh"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+
+
+def test_sbatch_script():
+    s = spec("gpt3-175b-128nodes")
+    out = render.render(s, cluster_for(s), hosts(128))
+    text = out.sbatch
+    assert text is not None
+    for line in ("#SBATCH --nodes=128", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch", "#SBATCH --time=4:00:00", "#SBATCH --requeue"):
+        assert line in text.splitlines(), line
+    assert '--node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR" --master-port 29500' in text
+    result = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_unknown_pass_through_flag_is_named_with_a_suggestion():
+    s = spec("gpt-345m-1node")
+    s = s.model_copy(update={"launch": s.launch.model_copy(update={"extra_args": ["--use-flash-atn"]})})
+    with pytest.raises(JobSpecError) as info:
+        render.render(s, cluster_for(s), hosts(1))
+    assert str(info.value) == "launch.extra_args[0]=--use-flash-atn is not a Megatron-LM core_v0.16.1 argument; did you mean --use-flash-attn?"
+
+
+def test_checkpoint_outside_the_shared_dir_is_refused():
+    s = spec("gpt-345m-1node")
+    s = s.model_copy(update={"checkpoint": s.checkpoint.model_copy(update={"directory": "/local/ckpt"})})
+    with pytest.raises(JobSpecError) as info:
+        render.render(s, cluster_for(s, "/shared"), hosts(1))
+    assert "checkpoint.directory=/local/ckpt is not under the shared directory /shared" in str(info.value)
+
+
+def test_too_few_nodes_in_the_inventory():
+    s = spec("llama-8b-2nodes")
+    with pytest.raises(JobSpecError) as info:
+        render.render(s, cluster_for(s), hosts(1))
+    assert "the job needs 2 nodes but the inventory has 1" in str(info.value)
+
+
+def test_relative_paths_land_on_the_shared_dir():
+    s = spec("lab-tiny")
+    args = render.megatron_args(s, "/mnt/shared")
+    assert args[args.index("--data-path") + 2] == "/mnt/shared/data/lab_text_document"
+    assert args[args.index("--save") + 1] == "/mnt/shared/checkpoints/lab-tiny"
+
+
+def test_plan_uses_the_same_vocab_padding_as_megatron():
+    s = spec("gpt3-175b-128nodes")
+    assert planner.plan(s, cluster_for(s)).padded_vocab == 51200
