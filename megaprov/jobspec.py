@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -197,13 +198,19 @@ class JobSpecError(UsageError):
         self.details = lines[1:]
 
 
+_BARE = re.compile(r"^[A-Za-z0-9._/+-]{1,60}$")
+
+
 def _fmt(value: Any) -> str:
-    if isinstance(value, str):
-        return value if value and " " not in value else repr(value)
-    if isinstance(value, (dict, list)):
-        text = json.dumps(value)
-        return text if len(text) <= 40 else text[:37] + "..."
-    return str(value)
+    """A value as it would be written in YAML, on one line and short."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and _BARE.match(value):
+        return value
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _line_map(node: yaml.Node, path: tuple[str | int, ...] = (), out: dict[tuple[str | int, ...], int] | None = None) -> dict[tuple[str | int, ...], int]:

@@ -80,7 +80,7 @@ def test_wrong_type_and_choice_and_range_all_reported():
 
 def test_bad_name_pattern():
     [line] = problems(MINIMAL.replace("name: t", "name: My Job"))
-    assert line.startswith("gpt.yml:1: name='My Job' is not valid; use lower-case letters")
+    assert line.startswith('gpt.yml:1: name="My Job" is not valid; use lower-case letters')
 
 
 def test_yaml_syntax_error_gives_the_line():

@@ -1,0 +1,159 @@
+"""``data prepare`` writes datasets that megatron-core's own IndexedDataset and GPTDataset read back."""
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from megaprov import data
+from megaprov.data import DataError, TokenizerSpec
+
+pytest.importorskip("megatron.core", reason="megatron-core (and torch) are not installed in this environment")
+warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
+
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder  # noqa: E402
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig  # noqa: E402
+from megatron.core.datasets.indexed_dataset import IndexedDataset  # noqa: E402
+
+TEXTS = ["hello cluster", "", "Megatron trains GPT ünïcode ✓", "tensor and pipeline parallel " * 20, "data flows to every node"]
+
+
+def corpus(tmp_path: Path, texts=TEXTS, name="in.jsonl", key="text") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({key: t, "meta": i}) + "\n" for i, t in enumerate(texts)))
+    return path
+
+
+def test_byte_tokenizer_round_trip_through_indexed_dataset(tmp_path):
+    result = data.prepare([corpus(tmp_path)], tmp_path / "out", TokenizerSpec("byte"))
+    prefix = result.prefixes["text"]
+    assert prefix == str(tmp_path / "out_text_document")
+    ds = IndexedDataset(prefix)
+    non_empty = [t for t in TEXTS if t]
+    assert len(ds) == len(non_empty) == result.progress.docs
+    assert result.progress.skipped_empty == 1
+    for i, text in enumerate(non_empty):
+        ids = ds[i]
+        assert ids[-1] == 256  # end of document
+        assert bytes(ids[:-1].astype(np.uint8)).decode("utf-8") == text
+    assert ds.index.dtype == np.uint16
+    assert result.progress.tokens == sum(len(t.encode()) + 1 for t in non_empty)
+
+
+def test_gpt_dataset_reads_the_output(tmp_path):
+    texts = [f"document {i}: " + "the cluster trains a model " * (i % 7 + 1) for i in range(300)]
+    result = data.prepare([corpus(tmp_path, texts)], tmp_path / "lab", TokenizerSpec("byte"), workers=2)
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    tokenizer = NullTokenizer(vocab_size=256)  # what --tokenizer-type NullTokenizer --vocab-size 256 gives Megatron-LM
+    assert tokenizer.eod == 256
+    config = GPTDatasetConfig(
+        random_seed=1, sequence_length=64, blend=([result.prefixes["text"]], None), split="1,0,0", tokenizer=tokenizer,
+        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, path_to_cache=str(tmp_path / "cache"),
+    )
+    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [50, None, None], lambda: True, config).build()
+    sample = train[0]
+    assert tuple(sample["tokens"].shape) == (64,)
+    assert int(sample["tokens"].max()) <= 256
+    assert (sample["labels"][:-1] == sample["tokens"][1:]).all()
+
+
+def test_workers_do_not_change_the_output(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "BATCH_LINES", 7)  # many batches, so ordering across workers matters
+    texts = [f"line {i} " + "x" * (i % 13) for i in range(200)]
+    src = corpus(tmp_path, texts)
+    one = data.prepare([src], tmp_path / "one", TokenizerSpec("byte"), workers=1)
+    two = data.prepare([src], tmp_path / "two", TokenizerSpec("byte"), workers=2)
+    for ext in (".bin", ".idx"):
+        assert Path(one.prefixes["text"] + ext).read_bytes() == Path(two.prefixes["text"] + ext).read_bytes()
+
+
+def test_several_inputs_and_keys(tmp_path):
+    a = tmp_path / "a.jsonl"
+    a.write_text(json.dumps({"text": "first", "title": "A"}) + "\n\n" + json.dumps({"text": "second", "title": "B"}) + "\n")
+    b = tmp_path / "b.jsonl"
+    b.write_text(json.dumps({"text": "third", "title": "C"}) + "\n")
+    result = data.prepare([a, b], tmp_path / "multi", TokenizerSpec("byte"), json_keys=["text", "title"], append_eod=False)
+    texts = IndexedDataset(result.prefixes["text"])
+    titles = IndexedDataset(result.prefixes["title"])
+    assert [bytes(texts[i].astype(np.uint8)).decode() for i in range(3)] == ["first", "second", "third"]
+    assert [bytes(titles[i].astype(np.uint8)).decode() for i in range(3)] == ["A", "B", "C"]
+
+
+@pytest.fixture(scope="module")
+def bpe_files(tmp_path_factory):
+    """A real byte-level BPE trained here and saved in GPT-2's file formats (vocab.json, merges.txt, tokenizer.json)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    root = tmp_path_factory.mktemp("bpe")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator([t for t in TEXTS if t] * 50, trainer)
+    tok.model.save(str(root))  # vocab.json + merges.txt
+    tok.save(str(root / "tokenizer.json"))
+    return root, tok
+
+
+def test_gpt2_bpe_files(tmp_path, bpe_files):
+    root, tok = bpe_files
+    spec = TokenizerSpec("gpt2-bpe", vocab_file=str(root / "vocab.json"), merge_file=str(root / "merges.txt"))
+    result = data.prepare([corpus(tmp_path)], tmp_path / "bpe", spec, workers=2)
+    eod = tok.token_to_id("<|endoftext|>")
+    assert result.eod == eod
+    ds = IndexedDataset(result.prefixes["text"])
+    for i, text in enumerate(t for t in TEXTS if t):
+        ids = ds[i].tolist()
+        assert ids[-1] == eod
+        assert tok.decode(ids[:-1]) == text
+    assert len(ds[3]) < len(TEXTS[3].encode())  # BPE merges: fewer tokens than bytes
+
+
+def test_huggingface_tokenizer_json(tmp_path, bpe_files):
+    root, tok = bpe_files
+    result = data.prepare([corpus(tmp_path)], tmp_path / "hf", TokenizerSpec("huggingface", path=str(root)))
+    ds = IndexedDataset(result.prefixes["text"])
+    assert tok.decode(ds[0].tolist()[:-1]) == "hello cluster"
+
+
+def test_bad_json_line_is_named_and_nothing_is_left(tmp_path):
+    src = tmp_path / "bad.jsonl"
+    src.write_text(json.dumps({"text": "ok"}) + "\n" + "{not json\n")
+    with pytest.raises(DataError) as info:
+        data.prepare([src], tmp_path / "out", TokenizerSpec("byte"), workers=2)
+    assert str(info.value).startswith(f"{src}:2: not a JSON object")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+
+
+def test_missing_key_names_the_fix(tmp_path):
+    src = corpus(tmp_path, ["a", "b"], key="content")
+    with pytest.raises(DataError) as info:
+        data.prepare([src], tmp_path / "out", TokenizerSpec("byte"))
+    assert str(info.value) == f"{src}:1: the record has no key 'text': use --json-keys with the field holding the text"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"inputs": ["/nonexistent.jsonl"]}, "--input /nonexistent.jsonl does not exist"),
+        ({"output_prefix": "/nonexistent-dir/out"}, "--output-prefix /nonexistent-dir/out: directory /nonexistent-dir does not exist"),
+        ({"tokenizer": TokenizerSpec("gpt2-bpe")}, "--tokenizer gpt2-bpe needs --vocab-file and --merge-file"),
+        ({"tokenizer": TokenizerSpec("huggingface", path="/nonexistent")}, "--tokenizer-path /nonexistent: no tokenizer.json there"),
+        ({"workers": 0}, "--workers 0 must be at least 1"),
+    ],
+)
+def test_bad_arguments(tmp_path, kwargs, message):
+    args = {"inputs": [corpus(tmp_path)], "output_prefix": tmp_path / "out", "tokenizer": TokenizerSpec("byte")} | kwargs
+    with pytest.raises(DataError) as info:
+        data.prepare(**args)
+    assert str(info.value).startswith(message)
+
+
+def test_progress_is_reported(tmp_path):
+    seen = []
+    data.prepare([corpus(tmp_path)], tmp_path / "p", TokenizerSpec("byte"), on_progress=seen.append, progress_every=0.0)
+    assert seen and seen[-1].docs == 4 and seen[-1].tokens_per_second > 0
