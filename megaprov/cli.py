@@ -200,10 +200,10 @@ def _cmd_job(args: argparse.Namespace) -> Outcome:
         return Outcome("job schema", None, quiet=True)
     if args.job_command == "check":
         spec, text = launch.read(args.spec)
-        world = gpn = None
+        world = None
         if args.inventory or args.nodes or args.gpus_per_node:
             spec, found, _ = _spec_and_cluster(args)
-            world, gpn = found.world, found.gpus_per_node
+            world = found.world
         else:
             launch.check(spec, text, args.spec, None, None)
         if args.output == "text":
@@ -235,7 +235,8 @@ def _cmd_plan(args: argparse.Namespace) -> Outcome:
         jobview.render_plan(planned)
     if planned.fits is False:
         fixes = "; ".join(f.render() for f in planned.fixes) or "none alone: run megaprov plan --suggest"
-        error = f"{spec.name} needs {planned.memory.total / planner.GIB:.1f} GiB per GPU, {found.gpu.name} has {planned.memory.capacity / planner.GIB:.1f}: fixes: {fixes}"
+        need, have = planned.memory.total / planner.GIB, planned.memory.capacity / planner.GIB
+        error = f"{spec.name} needs {need:.1f} GiB per GPU, {found.gpu.name} has {have:.1f}: fixes: {fixes}"
         return Outcome("plan", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED, error)
     return Outcome("plan", jobview.plan_dict(planned))
 
@@ -249,8 +250,9 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
     planned = planner.plan(spec, found)
     if planned.fits is False:
         fixes = "; ".join(f.render() for f in planned.fixes) or "run megaprov plan --suggest"
-        return Outcome("train", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED,
-                       f"{spec.name} does not fit: {planned.memory.total / planner.GIB:.1f} GiB per GPU of {planned.memory.capacity / planner.GIB:.1f}; fixes: {fixes}")
+        need, have = planned.memory.total / planner.GIB, planned.memory.capacity / planner.GIB
+        error = f"{spec.name} does not fit: {need:.1f} GiB per GPU of {have:.1f}; fixes: {fixes}"
+        return Outcome("train", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED, error)
     rendered = render.render(spec, found, hosts)
     if not args.dry_run:
         raise UsageError("megaprov train: launching is not available yet in this version", "use --dry-run to print what each node would run")

@@ -230,6 +230,11 @@ _TRUE = {"yes", "on", "1", "true", "y", "t"}
 _FALSE = {"no", "off", "0", "false", "n", "f"}
 
 
+def as_bool(value: Any) -> bool:
+    """A boolean the way Ansible reads it from INI or YAML ("false", "no", "0" are false)."""
+    return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
+
+
 def check_type(name: str, value: Any, spec: dict[str, Any]) -> str | None:
     """Return why ``value`` does not fit ``spec`` (an argument_specs option), or None."""
     if isinstance(value, str) and "{{" in value:

@@ -27,7 +27,6 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-
 class Model(_Section):
     """The GPT architecture (Megatron-LM's network-size arguments)."""
 
@@ -120,7 +119,7 @@ class Data(_Section):
     mock: bool = Field(False, description="synthetic tokens (--mock-data); no prefixes needed")
     prefixes: list[DataPrefix] = Field(default_factory=list)
     split: str = Field("949,50,1", pattern=r"^\d+(\.\d+)?(,\d+(\.\d+)?){0,2}$", description="train,valid,test weights")
-    tokenizer: Tokenizer = Field(default_factory=Tokenizer)
+    tokenizer: Tokenizer = Field(default_factory=lambda: Tokenizer())
 
 
 class Checkpoint(_Section):
@@ -148,7 +147,7 @@ class Launch(_Section):
     master_port: int = Field(29500, ge=1024, le=65535)
     env: dict[str, str] = Field(default_factory=dict, description="extra environment, e.g. NCCL_DEBUG: INFO")
     extra_args: list[str] = Field(default_factory=list, description="pass-through pretrain_gpt.py arguments")
-    slurm: Slurm = Field(default_factory=Slurm)
+    slurm: Slurm = Field(default_factory=lambda: Slurm())
 
 
 class Verify(_Section):
@@ -165,12 +164,12 @@ class JobSpec(_Section):
     version: Literal[1] = 1
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", description="job name: directory and unit names")
     model: Model
-    parallel: Parallel = Field(default_factory=Parallel)
+    parallel: Parallel = Field(default_factory=lambda: Parallel())
     train: Train
-    data: Data = Field(default_factory=Data)
-    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
-    launch: Launch = Field(default_factory=Launch)
-    verify: Verify = Field(default_factory=Verify)
+    data: Data = Field(default_factory=lambda: Data())
+    checkpoint: Checkpoint = Field(default_factory=lambda: Checkpoint())
+    launch: Launch = Field(default_factory=lambda: Launch())
+    verify: Verify = Field(default_factory=lambda: Verify())
 
 
 @dataclass(frozen=True)
@@ -213,7 +212,9 @@ def _fmt(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _line_map(node: yaml.Node, path: tuple[str | int, ...] = (), out: dict[tuple[str | int, ...], int] | None = None) -> dict[tuple[str | int, ...], int]:
+def _line_map(
+    node: yaml.Node, path: tuple[str | int, ...] = (), out: dict[tuple[str | int, ...], int] | None = None
+) -> dict[tuple[str | int, ...], int]:
     """Line (1-based) of every key and item in a composed YAML document."""
     out = {} if out is None else out
     if isinstance(node, yaml.MappingNode):

@@ -27,9 +27,15 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "job": plan.job,
         "cluster": {"nodes": plan.nodes, "gpus_per_node": plan.gpus_per_node, "gpu": plan.gpu, "world": plan.world},
         "layout": {
-            "tensor": plan.layout.tp, "pipeline": plan.layout.pp, "context": plan.layout.cp, "virtual_stages": plan.layout.vp,
-            "data": plan.data_parallel, "micro_batch": plan.layout.micro_batch, "microbatches_per_step": plan.microbatches_per_step,
-            "recompute": plan.layout.recompute, "sequence_parallel": plan.layout.sequence_parallel,
+            "tensor": plan.layout.tp,
+            "pipeline": plan.layout.pp,
+            "context": plan.layout.cp,
+            "virtual_stages": plan.layout.vp,
+            "data": plan.data_parallel,
+            "micro_batch": plan.layout.micro_batch,
+            "microbatches_per_step": plan.microbatches_per_step,
+            "recompute": plan.layout.recompute,
+            "sequence_parallel": plan.layout.sequence_parallel,
             "distributed_optimizer": plan.layout.distributed_optimizer,
         },
         "parameters": plan.parameters,
@@ -58,14 +64,23 @@ def render_plan(plan: Plan) -> None:
     table.add_column("what", style="bold")
     table.add_column("value")
     vp = f" x VP {lay.vp}" if lay.vp else ""
-    table.add_row("parallelism", f"TP {lay.tp} x PP {lay.pp}{vp} x CP {lay.cp} x DP {plan.data_parallel}"
-                  f"{' + sequence parallel' if lay.sequence_parallel else ''}{' + distributed optimizer' if lay.distributed_optimizer else ''}")
-    table.add_row("batch", f"micro {lay.micro_batch} x {plan.microbatches_per_step} micro-batches x DP {plan.data_parallel}"
-                  f" = {lay.micro_batch * plan.microbatches_per_step * plan.data_parallel} sequences, {plan.tokens_per_iteration:,} tokens")
+    table.add_row(
+        "parallelism",
+        f"TP {lay.tp} x PP {lay.pp}{vp} x CP {lay.cp} x DP {plan.data_parallel}"
+        f"{' + sequence parallel' if lay.sequence_parallel else ''}{' + distributed optimizer' if lay.distributed_optimizer else ''}",
+    )
+    table.add_row(
+        "batch",
+        f"micro {lay.micro_batch} x {plan.microbatches_per_step} micro-batches x DP {plan.data_parallel}"
+        f" = {lay.micro_batch * plan.microbatches_per_step * plan.data_parallel} sequences, {plan.tokens_per_iteration:,} tokens",
+    )
     table.add_row("parameters", f"{plan.parameters:,} ({_si(plan.parameters)}); padded vocabulary {plan.padded_vocab:,}")
     table.add_row("FLOPs per iteration", f"{_si(plan.flops_per_iteration, 'FLOP')} (Megatron-LM's formula)")
-    table.add_row("memory per GPU", f"{m.weights_and_optimizer / GIB:.1f} GiB weights+grads+optimizer, {m.activations / GIB:.1f} GiB activations, "
-                  f"{m.logits / GIB:.1f} GiB logits, {m.reserved / GIB:.1f} GiB reserved = {m.total / GIB:.1f} GiB")
+    table.add_row(
+        "memory per GPU",
+        f"{m.weights_and_optimizer / GIB:.1f} GiB weights+grads+optimizer, {m.activations / GIB:.1f} GiB activations, "
+        f"{m.logits / GIB:.1f} GiB logits, {m.reserved / GIB:.1f} GiB reserved = {m.total / GIB:.1f} GiB",
+    )
     if plan.fits is None:
         verdict = "not checked (CPU nodes)"
     else:
@@ -85,10 +100,19 @@ def render_plan(plan: Plan) -> None:
 def candidates_dict(found: list[Candidate]) -> list[dict[str, Any]]:
     return [
         {
-            "tensor": c.layout.tp, "pipeline": c.layout.pp, "context": c.layout.cp, "virtual_stages": c.layout.vp, "data": c.data_parallel,
-            "micro_batch": c.layout.micro_batch, "recompute": c.layout.recompute, "sequence_parallel": c.layout.sequence_parallel,
-            "distributed_optimizer": c.layout.distributed_optimizer, "memory_gib": round(c.memory_gib, 3), "mfu": round(c.mfu, 4),
-            "step_seconds": c.step_seconds, "tokens_per_second": c.tokens_per_second,
+            "tensor": c.layout.tp,
+            "pipeline": c.layout.pp,
+            "context": c.layout.cp,
+            "virtual_stages": c.layout.vp,
+            "data": c.data_parallel,
+            "micro_batch": c.layout.micro_batch,
+            "recompute": c.layout.recompute,
+            "sequence_parallel": c.layout.sequence_parallel,
+            "distributed_optimizer": c.layout.distributed_optimizer,
+            "memory_gib": round(c.memory_gib, 3),
+            "mfu": round(c.mfu, 4),
+            "step_seconds": c.step_seconds,
+            "tokens_per_second": c.tokens_per_second,
         }
         for c in found
     ]
@@ -101,9 +125,21 @@ def render_suggest(found: list[Candidate], seconds: float) -> None:
         table.add_column(col, justify="right")
     for i, c in enumerate(found, 1):
         lay = c.layout
-        table.add_row(str(i), str(lay.tp), str(lay.pp), str(lay.vp or "-"), str(lay.cp), str(c.data_parallel), str(lay.micro_batch), lay.recompute,
-                      "yes" if lay.distributed_optimizer else "no", f"{c.memory_gib:.1f}", f"{100 * c.mfu:.1f} %", f"{c.step_seconds:.3g}",
-                      _si(c.tokens_per_second))
+        table.add_row(
+            str(i),
+            str(lay.tp),
+            str(lay.pp),
+            str(lay.vp or "-"),
+            str(lay.cp),
+            str(c.data_parallel),
+            str(lay.micro_batch),
+            lay.recompute,
+            "yes" if lay.distributed_optimizer else "no",
+            f"{c.memory_gib:.1f}",
+            f"{100 * c.mfu:.1f} %",
+            f"{c.step_seconds:.3g}",
+            _si(c.tokens_per_second),
+        )
     out.print(table)
     if not found:
         out.print("no layout fits: use more GPUs, a GPU with more memory, or a smaller model / sequence", markup=False)
@@ -121,8 +157,10 @@ def render_dry_run(rendered: Rendered) -> None:
 
 
 def progress_line(p: Progress) -> str:
-    return (f"data: {p.docs:,} docs, {p.tokens:,} tokens, {p.bytes_in / 1e6:.1f} MB in {p.seconds:.1f} s "
-            f"({p.docs_per_second:,.0f} docs/s, {p.tokens_per_second:,.0f} tokens/s)")
+    return (
+        f"data: {p.docs:,} docs, {p.tokens:,} tokens, {p.bytes_in / 1e6:.1f} MB in {p.seconds:.1f} s "
+        f"({p.docs_per_second:,.0f} docs/s, {p.tokens_per_second:,.0f} tokens/s)"
+    )
 
 
 def render_prepare(result: PrepareResult) -> None:

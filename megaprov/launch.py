@@ -43,7 +43,7 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
     names = found.hosts_of("gpu_nodes")
     first = names[0]
     hosts = [(n, str(found.host_var(n, "ansible_host", n))) for n in names]
-    gpu_expected = bool(found.host_var(first, "megaprov_gpu_expected", True))
+    gpu_expected = inv.as_bool(found.host_var(first, "megaprov_gpu_expected", True))
     gpn_var = int(found.host_var(first, "megaprov_gpus_per_node", 0) or 0)
     if shape.gpu:
         gpu = _gpu(shape.gpu, "--gpu")

@@ -228,58 +228,107 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
     out = _Problems()
     heads = m.num_attention_heads
     if m.hidden_size % heads:
-        out.add("model.hidden_size", f"model.hidden_size={m.hidden_size} is not a multiple of model.num_attention_heads={heads}",
-                f"use a hidden size such as {(m.hidden_size // heads + 1) * heads}")
+        out.add(
+            "model.hidden_size",
+            f"model.hidden_size={m.hidden_size} is not a multiple of model.num_attention_heads={heads}",
+            f"use a hidden size such as {(m.hidden_size // heads + 1) * heads}",
+        )
     if heads % p.tensor:
-        out.add("parallel.tensor", f"parallel.tensor={p.tensor} does not divide model.num_attention_heads={heads}", f"use {_choices(divisors(heads))}")
+        out.add(
+            "parallel.tensor", f"parallel.tensor={p.tensor} does not divide model.num_attention_heads={heads}", f"use {_choices(divisors(heads))}"
+        )
     if m.num_query_groups is not None:
         if heads % m.num_query_groups:
-            out.add("model.num_query_groups", f"model.num_query_groups={m.num_query_groups} does not divide model.num_attention_heads={heads}",
-                    f"use {_choices(divisors(heads))}")
+            out.add(
+                "model.num_query_groups",
+                f"model.num_query_groups={m.num_query_groups} does not divide model.num_attention_heads={heads}",
+                f"use {_choices(divisors(heads))}",
+            )
         elif m.num_query_groups % p.tensor:
-            out.add("parallel.tensor", f"parallel.tensor={p.tensor} does not divide model.num_query_groups={m.num_query_groups}",
-                    f"use {_choices(divisors(m.num_query_groups))}")
+            out.add(
+                "parallel.tensor",
+                f"parallel.tensor={p.tensor} does not divide model.num_query_groups={m.num_query_groups}",
+                f"use {_choices(divisors(m.num_query_groups))}",
+            )
     if m.ffn % p.tensor:
-        out.add("model.ffn_hidden_size", f"model.ffn_hidden_size={m.ffn} is not a multiple of parallel.tensor={p.tensor}", f"use a multiple of {p.tensor}")
+        out.add(
+            "model.ffn_hidden_size", f"model.ffn_hidden_size={m.ffn} is not a multiple of parallel.tensor={p.tensor}", f"use a multiple of {p.tensor}"
+        )
     if m.num_layers % p.pipeline:
-        out.add("parallel.pipeline", f"parallel.pipeline={p.pipeline} does not divide model.num_layers={m.num_layers}", f"use {_choices(divisors(m.num_layers))}")
+        out.add(
+            "parallel.pipeline",
+            f"parallel.pipeline={p.pipeline} does not divide model.num_layers={m.num_layers}",
+            f"use {_choices(divisors(m.num_layers))}",
+        )
     elif p.virtual_stages is not None:
         per_stage = m.num_layers // p.pipeline
         if p.pipeline == 1 and p.virtual_stages > 1:
-            out.add("parallel.virtual_stages", f"parallel.virtual_stages={p.virtual_stages} needs parallel.pipeline > 1", "raise parallel.pipeline or remove virtual_stages")
+            out.add(
+                "parallel.virtual_stages",
+                f"parallel.virtual_stages={p.virtual_stages} needs parallel.pipeline > 1",
+                "raise parallel.pipeline or remove virtual_stages",
+            )
         elif per_stage % p.virtual_stages:
-            out.add("parallel.virtual_stages",
-                    f"parallel.virtual_stages={p.virtual_stages} does not divide the {per_stage} layers of each pipeline stage",
-                    f"use {_choices(divisors(per_stage))}")
+            out.add(
+                "parallel.virtual_stages",
+                f"parallel.virtual_stages={p.virtual_stages} does not divide the {per_stage} layers of each pipeline stage",
+                f"use {_choices(divisors(per_stage))}",
+            )
     if p.context > 1 and m.seq_length % (2 * p.context):
-        out.add("parallel.context", f"model.seq_length={m.seq_length} is not divisible by 2 x parallel.context={2 * p.context}",
-                f"use parallel.context {_choices([x for x in divisors(m.seq_length // 2) if x > 0])}")
+        out.add(
+            "parallel.context",
+            f"model.seq_length={m.seq_length} is not divisible by 2 x parallel.context={2 * p.context}",
+            f"use parallel.context {_choices([x for x in divisors(m.seq_length // 2) if x > 0])}",
+        )
     if p.sequence_parallel and p.tensor == 1:
-        out.add("parallel.sequence_parallel", "parallel.sequence_parallel=true needs parallel.tensor > 1", "raise parallel.tensor or set sequence_parallel: false")
+        out.add(
+            "parallel.sequence_parallel",
+            "parallel.sequence_parallel=true needs parallel.tensor > 1",
+            "raise parallel.tensor or set sequence_parallel: false",
+        )
     if p.overlap_param_gather and not p.distributed_optimizer:
-        out.add("parallel.overlap_param_gather", "parallel.overlap_param_gather=true needs parallel.distributed_optimizer=true", "enable distributed_optimizer")
+        out.add(
+            "parallel.overlap_param_gather",
+            "parallel.overlap_param_gather=true needs parallel.distributed_optimizer=true",
+            "enable distributed_optimizer",
+        )
     if p.tp_comm_overlap and not p.sequence_parallel:
         out.add("parallel.tp_comm_overlap", "parallel.tp_comm_overlap=true needs parallel.sequence_parallel=true", "enable sequence_parallel")
     if m.max_positions < m.seq_length and m.position_embedding == "learned_absolute":
-        out.add("model.max_position_embeddings", f"model.max_position_embeddings={m.max_positions} is below model.seq_length={m.seq_length}",
-                f"use at least {m.seq_length}")
+        out.add(
+            "model.max_position_embeddings",
+            f"model.max_position_embeddings={m.max_positions} is below model.seq_length={m.seq_length}",
+            f"use at least {m.seq_length}",
+        )
     if t.global_batch_size % t.micro_batch_size:
-        out.add("train.global_batch_size", f"train.global_batch_size={t.global_batch_size} is not a multiple of train.micro_batch_size={t.micro_batch_size}",
-                f"use a multiple of {t.micro_batch_size}")
+        out.add(
+            "train.global_batch_size",
+            f"train.global_batch_size={t.global_batch_size} is not a multiple of train.micro_batch_size={t.micro_batch_size}",
+            f"use a multiple of {t.micro_batch_size}",
+        )
     if t.min_lr > t.lr:
         out.add("train.min_lr", f"train.min_lr={t.min_lr} is above train.lr={t.lr}", "use a min_lr at most lr")
     if t.lr_warmup_iters >= (t.lr_decay_iters or t.train_iters) and t.lr_decay_style != "constant":
-        out.add("train.lr_warmup_iters", f"train.lr_warmup_iters={t.lr_warmup_iters} is not below the decay length {t.lr_decay_iters or t.train_iters}",
-                "shorten the warmup or lengthen train.lr_decay_iters")
+        out.add(
+            "train.lr_warmup_iters",
+            f"train.lr_warmup_iters={t.lr_warmup_iters} is not below the decay length {t.lr_decay_iters or t.train_iters}",
+            "shorten the warmup or lengthen train.lr_decay_iters",
+        )
     if t.recompute != "full" and (t.recompute_method != "uniform" or t.recompute_num_layers != 1):
-        out.add("train.recompute_method", "train.recompute_method and recompute_num_layers apply only to recompute: full", "set recompute: full or remove them")
+        out.add(
+            "train.recompute_method",
+            "train.recompute_method and recompute_num_layers apply only to recompute: full",
+            "set recompute: full or remove them",
+        )
     if d.mock and d.prefixes:
         out.add("data.mock", "data.mock=true and data.prefixes are both set", "remove the prefixes or set mock: false")
     if not d.mock and not d.prefixes:
         out.add("data.prefixes", "data.prefixes is empty and data.mock is false", "list prepared datasets (megaprov data prepare) or set mock: true")
     tok = d.tokenizer
     if tok.type == "gpt2-bpe" and not (tok.vocab_file and tok.merge_file):
-        out.add("data.tokenizer.vocab_file", "data.tokenizer.type=gpt2-bpe needs vocab_file and merge_file", "give the paths of vocab.json and merges.txt")
+        out.add(
+            "data.tokenizer.vocab_file", "data.tokenizer.type=gpt2-bpe needs vocab_file and merge_file", "give the paths of vocab.json and merges.txt"
+        )
     if tok.type == "huggingface" and not tok.path:
         out.add("data.tokenizer.path", "data.tokenizer.type=huggingface needs path", "give the directory holding tokenizer.json")
     if tok.type == "null" and not tok.vocab_size:
@@ -297,35 +346,62 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
             out.add(f"launch.env.{key}", f"launch.env.{key} is not a valid environment variable name", "use letters, digits and _")
     for flag in launch.extra_args:
         if flag.startswith("--") and flag.split("=")[0] in _OWNED_FLAGS:
-            out.add("launch.extra_args", f"launch.extra_args sets {flag.split('=')[0]}, which megaprov renders from the spec",
-                    f"set it through the spec field {_OWNED_FLAGS[flag.split('=')[0]]}")
+            out.add(
+                "launch.extra_args",
+                f"launch.extra_args sets {flag.split('=')[0]}, which megaprov renders from the spec",
+                f"set it through the spec field {_OWNED_FLAGS[flag.split('=')[0]]}",
+            )
     if world is not None:
         model_parallel = p.tensor * p.pipeline * p.context
         if world % model_parallel:
-            out.add("parallel.tensor",
-                    f"the world of {world} GPUs is not a multiple of tensor x pipeline x context = {p.tensor}x{p.pipeline}x{p.context} = {model_parallel}",
-                    f"use a model-parallel product among {_choices(divisors(world))}")
+            out.add(
+                "parallel.tensor",
+                f"the world of {world} GPUs is not a multiple of tensor x pipeline x context"
+                f" = {p.tensor}x{p.pipeline}x{p.context} = {model_parallel}",
+                f"use a model-parallel product among {_choices(divisors(world))}",
+            )
         else:
             dp = world // model_parallel
             if t.global_batch_size % (t.micro_batch_size * dp):
-                good = [g for g in range(t.global_batch_size, t.global_batch_size + 64 * t.micro_batch_size * dp + 1) if g % (t.micro_batch_size * dp) == 0][:1]
-                out.add("train.global_batch_size",
-                        f"train.global_batch_size={t.global_batch_size} is not a multiple of micro_batch_size x data parallel = {t.micro_batch_size}x{dp}",
-                        f"use {good[0] if good else t.micro_batch_size * dp} (or change micro_batch_size or the parallel sizes)")
+                good = [
+                    g
+                    for g in range(t.global_batch_size, t.global_batch_size + 64 * t.micro_batch_size * dp + 1)
+                    if g % (t.micro_batch_size * dp) == 0
+                ][:1]
+                out.add(
+                    "train.global_batch_size",
+                    f"train.global_batch_size={t.global_batch_size} is not a multiple of micro_batch_size x data parallel"
+                    f" = {t.micro_batch_size}x{dp}",
+                    f"use {good[0] if good else t.micro_batch_size * dp} (or change micro_batch_size or the parallel sizes)",
+                )
         if gpus_per_node and p.tensor > gpus_per_node:
-            out.add("parallel.tensor", f"parallel.tensor={p.tensor} spans more than the {gpus_per_node} GPUs of a node",
-                    f"keep tensor parallelism inside a node: use {_choices([x for x in divisors(gpus_per_node) if heads % x == 0])}")
+            out.add(
+                "parallel.tensor",
+                f"parallel.tensor={p.tensor} spans more than the {gpus_per_node} GPUs of a node",
+                f"keep tensor parallelism inside a node: use {_choices([x for x in divisors(gpus_per_node) if heads % x == 0])}",
+            )
     return out.items
 
 
 # Flags the renderer owns: a pass-through copy would silently contradict the spec.
 _OWNED_FLAGS = {
-    "--num-layers": "model.num_layers", "--hidden-size": "model.hidden_size", "--num-attention-heads": "model.num_attention_heads",
-    "--seq-length": "model.seq_length", "--micro-batch-size": "train.micro_batch_size", "--global-batch-size": "train.global_batch_size",
-    "--tensor-model-parallel-size": "parallel.tensor", "--pipeline-model-parallel-size": "parallel.pipeline",
-    "--context-parallel-size": "parallel.context", "--train-iters": "train.train_iters", "--lr": "train.lr",
-    "--save": "checkpoint.directory", "--load": "checkpoint.directory", "--data-path": "data.prefixes", "--bf16": "train.precision",
-    "--fp16": "train.precision", "--save-interval": "checkpoint.save_interval",
+    "--num-layers": "model.num_layers",
+    "--hidden-size": "model.hidden_size",
+    "--num-attention-heads": "model.num_attention_heads",
+    "--seq-length": "model.seq_length",
+    "--micro-batch-size": "train.micro_batch_size",
+    "--global-batch-size": "train.global_batch_size",
+    "--tensor-model-parallel-size": "parallel.tensor",
+    "--pipeline-model-parallel-size": "parallel.pipeline",
+    "--context-parallel-size": "parallel.context",
+    "--train-iters": "train.train_iters",
+    "--lr": "train.lr",
+    "--save": "checkpoint.directory",
+    "--load": "checkpoint.directory",
+    "--data-path": "data.prefixes",
+    "--bf16": "train.precision",
+    "--fp16": "train.precision",
+    "--save-interval": "checkpoint.save_interval",
 }
 
 
@@ -489,10 +565,16 @@ def _timing(spec: JobSpec, layout: Layout, cluster: Cluster, mfu: float) -> tupl
 
 
 def _with(spec: JobSpec, layout: Layout) -> JobSpec:
-    parallel = spec.parallel.model_copy(update={
-        "tensor": layout.tp, "pipeline": layout.pp, "context": layout.cp, "virtual_stages": layout.vp,
-        "sequence_parallel": layout.sequence_parallel, "distributed_optimizer": layout.distributed_optimizer,
-    })
+    parallel = spec.parallel.model_copy(
+        update={
+            "tensor": layout.tp,
+            "pipeline": layout.pp,
+            "context": layout.cp,
+            "virtual_stages": layout.vp,
+            "sequence_parallel": layout.sequence_parallel,
+            "distributed_optimizer": layout.distributed_optimizer,
+        }
+    )
     train = spec.train.model_copy(update={"micro_batch_size": layout.micro_batch, "recompute": layout.recompute})
     return spec.model_copy(update={"parallel": parallel, "train": train})
 
@@ -542,10 +624,14 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU) -> Plan:
     warnings = []
     if layout.tp > 1 and not layout.sequence_parallel:
         warnings.append("parallel.sequence_parallel is off with tensor > 1: activations are not split (turn it on to save memory)")
-    if layout.pp > 1 and (spec.train.global_batch_size // (layout.micro_batch * dp)) < 4 * layout.pp:
-        warnings.append(f"fewer than 4 x pipeline micro-batches per step: the pipeline bubble costs {100 * (layout.pp - 1) / max(spec.train.global_batch_size // (layout.micro_batch * dp), 1):.0f} % of the step")
+    microbatches = max(spec.train.global_batch_size // (layout.micro_batch * dp), 1)
+    if layout.pp > 1 and microbatches < 4 * layout.pp:
+        bubble = 100 * (layout.pp - 1) / microbatches
+        warnings.append(f"fewer than 4 x pipeline micro-batches per step: the pipeline bubble costs about {bubble:.0f} % of the step")
     if cluster.gpu.name != "cpu" and spec.launch.gpus_per_node != cluster.gpus_per_node:
-        warnings.append(f"launch.gpus_per_node={spec.launch.gpus_per_node} differs from the cluster's {cluster.gpus_per_node}; the plan uses the cluster")
+        warnings.append(
+            f"launch.gpus_per_node={spec.launch.gpus_per_node} differs from the cluster's {cluster.gpus_per_node}; the plan uses the cluster"
+        )
     return Plan(
         job=spec.name,
         nodes=cluster.nodes,

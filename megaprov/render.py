@@ -157,8 +157,16 @@ def megatron_args(spec: JobSpec, shared_dir: str = "/shared") -> list[str]:
     elif tok.type == "null":
         a.extend(["--tokenizer-type", "NullTokenizer", "--vocab-size", str(tok.vocab_size)])
     elif tok.type == "gpt2-bpe":
-        a.extend(["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", _under(shared_dir, tok.vocab_file or ""),
-                  "--merge-file", _under(shared_dir, tok.merge_file or "")])
+        a.extend(
+            [
+                "--tokenizer-type",
+                "GPT2BPETokenizer",
+                "--vocab-file",
+                _under(shared_dir, tok.vocab_file or ""),
+                "--merge-file",
+                _under(shared_dir, tok.merge_file or ""),
+            ]
+        )
     else:
         a.extend(["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", _under(shared_dir, tok.path or "")])
 
@@ -200,7 +208,9 @@ def check_extra_args(spec: JobSpec, tag: str = PINNED_MEGATRON) -> list[Problem]
         choices = flags[name].get("choices")
         value = inline or (spec.launch.extra_args[i + 1] if i + 1 < len(spec.launch.extra_args) else "")
         if choices and value not in choices and not value.startswith("--"):
-            problems.append(Problem("launch.extra_args", f"launch.extra_args[{i}]: {name} {value} is not allowed", f"use one of {', '.join(choices)}"))
+            problems.append(
+                Problem("launch.extra_args", f"launch.extra_args[{i}]: {name} {value} is not allowed", f"use one of {', '.join(choices)}")
+            )
     return problems
 
 
@@ -222,14 +232,23 @@ def torchrun_argv(spec: JobSpec, nodes: int, gpus_per_node: int, node_rank: int,
     """The command one node runs: torchrun with a static rendezvous on node rank 0."""
     logs = posixpath.join(job_dir(spec, shared_dir), "torchrun")
     return [
-        spec.launch.python, "-m", "torch.distributed.run",
-        "--nnodes", str(nodes),
-        "--nproc-per-node", str(gpus_per_node),
-        "--node-rank", str(node_rank),
-        "--master-addr", master,
-        "--master-port", str(spec.launch.master_port),
-        "--max-restarts", "0",  # restarts belong to the supervisor, which resumes from the last checkpoint
-        "--log-dir", logs,
+        spec.launch.python,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nodes),
+        "--nproc-per-node",
+        str(gpus_per_node),
+        "--node-rank",
+        str(node_rank),
+        "--master-addr",
+        master,
+        "--master-port",
+        str(spec.launch.master_port),
+        "--max-restarts",
+        "0",  # restarts belong to the supervisor, which resumes from the last checkpoint
+        "--log-dir",
+        logs,
         *_entry(spec),
         *megatron_args(spec, shared_dir),
     ]
@@ -307,16 +326,31 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]]) -> Ren
     shared = cluster.shared_dir
     ckpt = checkpoint_dir(spec, shared)
     if not (ckpt + "/").startswith(shared.rstrip("/") + "/"):
-        problems.append(Problem("checkpoint.directory", f"checkpoint.directory={ckpt} is not under the shared directory {shared}",
-                                "every node must see the checkpoints: use a path under it (or a relative path)"))
+        problems.append(
+            Problem(
+                "checkpoint.directory",
+                f"checkpoint.directory={ckpt} is not under the shared directory {shared}",
+                "every node must see the checkpoints: use a path under it (or a relative path)",
+            )
+        )
     for prefix in spec.data.prefixes:
         path = _under(shared, prefix.path)
         if not (path + "/").startswith(shared.rstrip("/") + "/"):
-            problems.append(Problem("data.prefixes", f"data.prefixes path {path} is not under the shared directory {shared}",
-                                    "put prepared data on the shared directory (megaprov data prepare --output-prefix)"))
+            problems.append(
+                Problem(
+                    "data.prefixes",
+                    f"data.prefixes path {path} is not under the shared directory {shared}",
+                    "put prepared data on the shared directory (megaprov data prepare --output-prefix)",
+                )
+            )
     if len(hosts) < cluster.nodes:
-        problems.append(Problem("launch.nodes", f"the job needs {cluster.nodes} nodes but the inventory has {len(hosts)} in [gpu_nodes]",
-                                f"set launch.nodes to at most {len(hosts)} or add nodes"))
+        problems.append(
+            Problem(
+                "launch.nodes",
+                f"the job needs {cluster.nodes} nodes but the inventory has {len(hosts)} in [gpu_nodes]",
+                f"set launch.nodes to at most {len(hosts)} or add nodes",
+            )
+        )
     if problems:
         raise JobSpecError(problems)
     chosen = hosts[: cluster.nodes]

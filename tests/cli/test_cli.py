@@ -83,7 +83,10 @@ def test_validation_happens_before_any_run_directory(capsys, tmp_path, monkeypat
         (["lab", "up", "--nodes", "99"], "--nodes 99 is out of range"),
         (["lab", "up", "--name", "Bad_Name"], "is not a valid lab name"),
         (["lab"], "missing ACTION"),
-        (["train"], "invalid choice: 'train'"),
+        (["traim"], "invalid choice: 'traim'"),
+        (["train"], "the following arguments are required: --job"),
+        (["job"], "missing ACTION"),
+        (["data"], "missing ACTION"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(capsys, tmp_path, argv, needle):

@@ -50,8 +50,15 @@ def test_gpt_dataset_reads_the_output(tmp_path):
     tokenizer = NullTokenizer(vocab_size=256)  # what --tokenizer-type NullTokenizer --vocab-size 256 gives Megatron-LM
     assert tokenizer.eod == 256
     config = GPTDatasetConfig(
-        random_seed=1, sequence_length=64, blend=([result.prefixes["text"]], None), split="1,0,0", tokenizer=tokenizer,
-        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, path_to_cache=str(tmp_path / "cache"),
+        random_seed=1,
+        sequence_length=64,
+        blend=([result.prefixes["text"]], None),
+        split="1,0,0",
+        tokenizer=tokenizer,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        path_to_cache=str(tmp_path / "cache"),
     )
     train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [50, None, None], lambda: True, config).build()
     sample = train[0]

@@ -66,7 +66,15 @@ specs = st.fixed_dictionaries(
             },
         ),
         "data": st.fixed_dictionaries(
-            {"prefixes": maybe_wrong(st.lists(st.fixed_dictionaries({"path": st.sampled_from(["data/x", "data/y", "/shared/z", "/elsewhere/y", ""])}), min_size=1, max_size=2))},
+            {
+                "prefixes": maybe_wrong(
+                    st.lists(
+                        st.fixed_dictionaries({"path": st.sampled_from(["data/x", "data/y", "/shared/z", "/elsewhere/y", ""])}),
+                        min_size=1,
+                        max_size=2,
+                    )
+                )
+            },
             optional={
                 "mock": maybe_wrong(st.booleans()),
                 "tokenizer": maybe_wrong(st.fixed_dictionaries({"type": st.sampled_from(["byte", "byte", "gpt2-bpe", "null", "huggingface", "sp"])})),

@@ -57,7 +57,14 @@ def assert_megatron_accepts(args):
 
 def test_flag_table_is_the_pinned_version():
     assert len(FLAGS) == 681
-    for flag in ("--num-layers", "--tensor-model-parallel-size", "--use-distributed-optimizer", "--mock-data", "--ckpt-format", "--exit-signal-handler"):
+    for flag in (
+        "--num-layers",
+        "--tensor-model-parallel-size",
+        "--use-distributed-optimizer",
+        "--mock-data",
+        "--ckpt-format",
+        "--exit-signal-handler",
+    ):
         assert flag in FLAGS
     assert FLAGS["--recompute-granularity"]["choices"] == ["full", "selective"]
 
@@ -79,10 +86,18 @@ def test_key_arguments_of_the_175b_job():
     args = render.megatron_args(spec("gpt3-175b-128nodes"), "/shared")
     joined = " ".join(args)
     for piece in (
-        "--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 16", "--sequence-parallel", "--use-distributed-optimizer",
-        "--micro-batch-size 1 --global-batch-size 1536", "--bf16", "--recompute-granularity selective",
-        "--data-path 1.0 /shared/data/pile/pile_text_document", "--tokenizer-type GPT2BPETokenizer",
-        "--save /shared/checkpoints/gpt3-175b --load /shared/checkpoints/gpt3-175b", "--ckpt-format torch_dist", "--distributed-backend nccl",
+        "--tensor-model-parallel-size 8",
+        "--pipeline-model-parallel-size 16",
+        "--sequence-parallel",
+        "--use-distributed-optimizer",
+        "--micro-batch-size 1 --global-batch-size 1536",
+        "--bf16",
+        "--recompute-granularity selective",
+        "--data-path 1.0 /shared/data/pile/pile_text_document",
+        "--tokenizer-type GPT2BPETokenizer",
+        "--save /shared/checkpoints/gpt3-175b --load /shared/checkpoints/gpt3-175b",
+        "--ckpt-format torch_dist",
+        "--distributed-backend nccl",
     ):
         assert piece in joined, piece
 

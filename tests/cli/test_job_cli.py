@@ -1,0 +1,193 @@
+"""job schema / job check / plan / train --dry-run / data prepare: argv -> exit code, stdout, one-line errors."""
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from megaprov.cli import main
+from megaprov.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = ROOT / "examples" / "jobs"
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cpu_inventory(tmp_path, nodes=2, shared="/shared"):
+    path = tmp_path / "inventory.ini"
+    lines = ["[head]", "head ansible_host=10.1.0.1", "[gpu_nodes]"] + [f"node{i} ansible_host=10.1.0.{i + 10}" for i in range(1, nodes + 1)]
+    path.write_text("\n".join(lines) + f"\n[all:vars]\nmegaprov_gpu_expected=false\nmegaprov_shared_dir={shared}\n")
+    return path
+
+
+def gpu_inventory(tmp_path, model="H100-SXM", gpus=8):
+    path = tmp_path / "inventory.ini"
+    path.write_text(
+        textwrap.dedent(f"""\
+        [head]
+        head ansible_host=10.2.0.1
+        [gpu_nodes]
+        gpu[01:02]
+        [gpu_nodes:vars]
+        megaprov_gpus_per_node={gpus}
+        megaprov_gpu_model={model}
+        """)
+    )
+    return path
+
+
+def test_job_schema_is_json(capsys):
+    code, out, _ = run(capsys, "job", "schema")
+    assert code == ExitCode.OK
+    doc = json.loads(out)
+    assert doc["title"].startswith("megaprov training job")
+    assert "model" in doc["required"] and "train" in doc["required"]
+
+
+def test_schema_file_in_the_repository_is_current(capsys):
+    run(capsys, "job", "schema")
+    # examples point editors at schemas/job-v1.json: it must be what `megaprov job schema` prints
+    _, out, _ = run(capsys, "job", "schema")
+    assert json.loads((ROOT / "schemas" / "job-v1.json").read_text()) == json.loads(out)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in JOBS.glob("*.yml")))
+def test_job_check_examples(capsys, name):
+    code, out, err = run(capsys, "job", "check", JOBS / name)
+    assert code == ExitCode.OK, err
+    assert "valid job" in out
+
+
+def test_job_check_reports_every_problem_with_lines(capsys, tmp_path):
+    bad = tmp_path / "gpt.yml"
+    bad.write_text(
+        (JOBS / "gpt-345m-1node.yml").read_text().replace("  tensor: 1\n", "  tensor: 3\n").replace("  micro_batch_size: 8", "  micro_batch_size: 7")
+    )
+    code, _, err = run(capsys, "job", "check", bad)
+    assert code == ExitCode.USAGE
+    lines = err.strip().splitlines()
+    assert any(
+        line.endswith("parallel.tensor=3 does not divide model.num_attention_heads=16; use 1, 2, 4, 8 or 16") and f"{bad}:" in line for line in lines
+    ), err
+    assert any("train.global_batch_size=256 is not a multiple of train.micro_batch_size=7" in line for line in lines), err
+    assert "Traceback" not in err
+
+
+def test_job_check_json_lists_problems(capsys, tmp_path):
+    bad = tmp_path / "gpt.yml"
+    bad.write_text("name: x\nmodel: {num_layers: 2}\n")
+    code, out, _ = run(capsys, "job", "check", bad, "--output", "json")
+    assert code == ExitCode.USAGE
+    doc = json.loads(out)
+    assert doc["ok"] is False and len(doc["result"]["problems"]) >= 3
+
+
+def test_plan_json_on_flags(capsys):
+    code, out, err = run(capsys, "plan", "--job", JOBS / "gpt3-175b-128nodes.yml", "--gpu", "H100-SXM", "--output", "json")
+    assert code == ExitCode.OK, err
+    result = json.loads(out)["result"]
+    assert result["cluster"] == {"nodes": 128, "gpus_per_node": 8, "gpu": "H100-SXM", "world": 1024}
+    assert result["layout"]["data"] == 8 and result["parameters"] == 174_615_846_912
+    assert result["fits"] is True
+
+
+def test_plan_from_inventory(capsys, tmp_path):
+    inv = gpu_inventory(tmp_path, "A100-80GB")
+    code, out, err = run(capsys, "plan", "--job", JOBS / "llama-8b-2nodes.yml", "-i", inv, "--output", "json")
+    assert code == ExitCode.OK, err
+    assert json.loads(out)["result"]["cluster"]["gpu"] == "A100-80GB"
+
+
+def test_plan_that_does_not_fit_exits_6_with_fixes(capsys):
+    code, out, err = run(capsys, "plan", "--job", JOBS / "llama-8b-2nodes.yml", "--gpu", "A10")
+    assert code == ExitCode.VERDICT_FAILED
+    assert "DOES NOT FIT" in out
+    assert err.startswith("megaprov: error: llama-8b needs ") and "fixes:" in err
+
+
+def test_plan_suggest(capsys):
+    code, out, err = run(capsys, "plan", "--job", JOBS / "gpt3-175b-128nodes.yml", "--gpu", "H100-SXM", "--suggest", "--top", "3", "--output", "json")
+    assert code == ExitCode.OK, err
+    layouts = json.loads(out)["result"]["layouts"]
+    assert len(layouts) == 3 and layouts[0]["tokens_per_second"] >= layouts[-1]["tokens_per_second"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["plan", "--job", "nope.yml", "--gpu", "H100-SXM"], "megaprov: error: job spec nope.yml does not exist"),
+        (["plan", "--job", str(JOBS / "gpt-345m-1node.yml")], "megaprov: error: the GPU model is unknown: pass --gpu MODEL"),
+        (["plan", "--job", str(JOBS / "gpt-345m-1node.yml"), "--gpu", "TPUv9"], "megaprov: error: --gpu='TPUv9' is not a known GPU: use one of"),
+        (
+            ["plan", "--job", str(JOBS / "gpt-345m-1node.yml"), "--gpu", "H100", "--mfu", "2"],
+            "megaprov: error: megaprov plan: argument --mfu: 2.0 must be above 0",
+        ),
+        (["train", "--job", str(JOBS / "lab-tiny.yml"), "--dry-run"], "megaprov: error: megaprov train needs -i INVENTORY"),
+    ],
+)
+def test_bad_flags_one_line(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == ExitCode.USAGE
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), err
+
+
+def test_inventory_without_gpu_model(capsys, tmp_path):
+    inv = gpu_inventory(tmp_path, model='""')
+    code, _, err = run(capsys, "plan", "--job", JOBS / "llama-8b-2nodes.yml", "-i", inv)
+    assert code == ExitCode.USAGE
+    assert "megaprov_gpu_model is unset: set it in group_vars/gpu_nodes.yml" in err
+
+
+def test_train_dry_run_prints_each_node(capsys, tmp_path):
+    inv = cpu_inventory(tmp_path, nodes=3, shared="/srv/shared")
+    code, out, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "-i", inv, "--dry-run")
+    assert code == ExitCode.OK, err
+    assert "# ---- node1 (node rank 0)" in out and "# ---- node2 (node rank 1)" in out
+    assert "node3" not in out  # the job asks for 2 nodes
+    assert "--master-addr 10.1.0.11" in out
+    assert "--data-path 1.0 /srv/shared/data/lab_text_document" in out
+
+
+def test_train_dry_run_json(capsys, tmp_path):
+    inv = gpu_inventory(tmp_path)
+    code, out, err = run(capsys, "train", "--job", JOBS / "llama-8b-2nodes.yml", "-i", inv, "--dry-run", "--output", "json")
+    assert code == ExitCode.OK, err
+    launch = json.loads(out)["result"]["launch"]
+    assert [n["host"] for n in launch["nodes"]] == ["gpu01", "gpu02"]
+    assert launch["nodes"][1]["argv"][launch["nodes"][1]["argv"].index("--node-rank") + 1] == "1"
+
+
+def test_train_refuses_a_job_that_does_not_fit(capsys, tmp_path):
+    inv = gpu_inventory(tmp_path, "A10")
+    code, out, err = run(capsys, "train", "--job", JOBS / "llama-8b-2nodes.yml", "-i", inv, "--dry-run")
+    assert code == ExitCode.VERDICT_FAILED
+    assert "llama-8b does not fit" in err and out == ""
+
+
+def test_train_without_dry_run_says_what_to_do(capsys, tmp_path):
+    code, _, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "-i", cpu_inventory(tmp_path))
+    assert code == ExitCode.USAGE and "--dry-run" in err
+
+
+def test_data_prepare_json(capsys, tmp_path):
+    pytest.importorskip("megatron.core", reason="megatron-core is not installed in this environment")
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(50)))
+    code, out, err = run(capsys, "data", "prepare", "--input", src, "--output-prefix", tmp_path / "ds", "--workers", "2", "--output", "json")
+    assert code == ExitCode.OK, err
+    result = json.loads(out)["result"]
+    assert result["documents"] == 50 and result["prefixes"]["text"] == str(tmp_path / "ds_text_document")
+    assert (tmp_path / "ds_text_document.bin").stat().st_size == result["tokens"] * 2  # uint16 tokens
+
+
+def test_data_prepare_bad_input_one_line(capsys, tmp_path):
+    code, _, err = run(capsys, "data", "prepare", "--input", tmp_path / "none.jsonl", "--output-prefix", tmp_path / "x")
+    assert code == ExitCode.USAGE
+    assert err.strip() == f"megaprov: error: --input {tmp_path / 'none.jsonl'} does not exist: pass JSONL files, one JSON object per line"
