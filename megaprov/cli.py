@@ -253,7 +253,7 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
         need, have = planned.memory.total / planner.GIB, planned.memory.capacity / planner.GIB
         error = f"{spec.name} does not fit: {need:.1f} GiB per GPU of {have:.1f}; fixes: {fixes}"
         return Outcome("train", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED, error)
-    rendered = render.render(spec, found, hosts)
+    rendered = render.render(spec, found, hosts, dict(os.environ))
     if not args.dry_run:
         raise UsageError("megaprov train: launching is not available yet in this version", "use --dry-run to print what each node would run")
     if args.output == "text":

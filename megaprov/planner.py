@@ -292,9 +292,17 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
             "parallel.overlap_param_gather=true needs parallel.distributed_optimizer=true",
             "enable distributed_optimizer",
         )
+    if p.overlap_param_gather and not p.overlap_grad_reduce:
+        out.add("parallel.overlap_param_gather", "parallel.overlap_param_gather=true needs parallel.overlap_grad_reduce=true", "enable overlap_grad_reduce")
+    if m.attention_backend == "local" and launch.trainer == "megatron-lm":
+        out.add(
+            "model.attention_backend",
+            "model.attention_backend=local needs Megatron-LM's local layer spec (--spec local), which pretrain_gpt.py does not build by default",
+            "use auto, flash, fused or unfused",
+        )
     if p.tp_comm_overlap and not p.sequence_parallel:
         out.add("parallel.tp_comm_overlap", "parallel.tp_comm_overlap=true needs parallel.sequence_parallel=true", "enable sequence_parallel")
-    if m.max_positions < m.seq_length and m.position_embedding == "learned_absolute":
+    if m.max_positions < m.seq_length:  # Megatron-LM asserts it whatever the position embedding
         out.add(
             "model.max_position_embeddings",
             f"model.max_position_embeddings={m.max_positions} is below model.seq_length={m.seq_length}",

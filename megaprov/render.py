@@ -214,10 +214,15 @@ def check_extra_args(spec: JobSpec, tag: str = PINNED_MEGATRON) -> list[Problem]
     return problems
 
 
-def _env(spec: JobSpec) -> dict[str, str]:
+# Debug switches an operator may export before `megaprov train`: passed to every rank unless the spec sets them.
+PASS_THROUGH_ENV = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "TORCH_DISTRIBUTED_DEBUG", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+
+
+def _env(spec: JobSpec, passed: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(BASE_ENV)
     if spec.launch.trainer == "megatron-lm":
         env["PYTHONPATH"] = spec.launch.megatron_dir
+    env.update({k: v for k, v in (passed or {}).items() if k in PASS_THROUGH_ENV})
     env.update(spec.launch.env)
     return env
 
@@ -286,7 +291,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def sbatch_script(spec: JobSpec, cluster: Cluster) -> str:
+def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None = None) -> str:
     """An sbatch script: one torchrun per node through srun, rendezvous on the first node of the allocation."""
     shared = cluster.shared_dir
     jdir = job_dir(spec, shared)
@@ -303,7 +308,7 @@ def sbatch_script(spec: JobSpec, cluster: Cluster) -> str:
     for key, value in (("partition", s.partition), ("account", s.account), ("time", s.time), ("qos", s.qos)):
         if value:
             head.append(f"#SBATCH --{key}={value}")
-    env = _env(spec)
+    env = _env(spec, passed)
     argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "@@MASTER@@", shared)
     argv[argv.index("--node-rank") + 1] = "@@RANK@@"
     inner = " ".join(shlex.quote(x) for x in argv).replace("@@RANK@@", '"$SLURM_NODEID"').replace("@@MASTER@@", '"$MASTER_ADDR"')
@@ -320,8 +325,9 @@ def sbatch_script(spec: JobSpec, cluster: Cluster) -> str:
     return "\n".join(head + [""] + body) + "\n"
 
 
-def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]]) -> Rendered:
-    """Render every node's launch. ``hosts`` are (inventory name, address) of the training nodes, rank order."""
+def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed: dict[str, str] | None = None) -> Rendered:
+    """Render every node's launch. ``hosts`` are (inventory name, address) of the training nodes, rank order;
+    ``passed`` is the operator's environment, of which the ``PASS_THROUGH_ENV`` variables reach the ranks."""
     problems = check_extra_args(spec)
     shared = cluster.shared_dir
     ckpt = checkpoint_dir(spec, shared)
@@ -355,10 +361,10 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]]) -> Ren
         raise JobSpecError(problems)
     chosen = hosts[: cluster.nodes]
     master = chosen[0][1]
-    env = _env(spec)
+    env = _env(spec, passed)
     launches = []
     for rank, (name, _address) in enumerate(chosen):
         argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, rank, master, shared)
         launches.append(NodeLaunch(name, rank, tuple(argv), tuple(sorted(env.items())), _script(spec, name, rank, cluster.nodes, env, argv, shared)))
-    sbatch = sbatch_script(spec, cluster) if spec.launch.launcher == "slurm" else None
+    sbatch = sbatch_script(spec, cluster, passed) if spec.launch.launcher == "slurm" else None
     return Rendered(spec.name, job_dir(spec, shared), ckpt, tuple(megatron_args(spec, shared)), tuple(launches), sbatch)

@@ -153,6 +153,15 @@ def test_environment_and_scripts_are_valid_bash(tmp_path):
     subprocess.run(["bash", "-n", str(path)], check=True)
 
 
+def test_operator_debug_variables_pass_through_but_the_spec_wins():
+    s = spec("llama-8b-2nodes")  # the spec sets NCCL_DEBUG=WARN
+    out = render.render(s, cluster_for(s), hosts(2), {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "HOME": "/root"})
+    env = dict(out.nodes[0].env)
+    assert env["NCCL_DEBUG"] == "WARN" and env["NCCL_DEBUG_SUBSYS"] == "INIT,NET" and "HOME" not in env
+    lab = spec("lab-tiny")
+    assert dict(render.render(lab, cluster_for(lab), hosts(2), {"NCCL_DEBUG": "INFO"}).nodes[0].env)["NCCL_DEBUG"] == "INFO"
+
+
 def test_sbatch_script():
     s = spec("gpt3-175b-128nodes")
     out = render.render(s, cluster_for(s), hosts(128))
