@@ -125,7 +125,10 @@ def main() -> None:
     for _ in range(3):
         proc = subprocess.run(
             [sys.executable, "-m", "megaprov", "plan", "--job", str(job), "--gpu", "H100-SXM", "--suggest", "--output", "json"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         timings.append(json.loads(proc.stdout)["result"]["seconds"])
     print(f"plan --suggest on the 175B example (1024 GPUs): search {min(timings) * 1000:.0f} ms (best of 3)")

@@ -62,7 +62,7 @@ class ByteTokenizer:
     vocab_size = 257
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
-        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8).astype(np.int32) for t in texts]
+        return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
 
 
 class _HFTokenizer:
@@ -133,10 +133,23 @@ class Batch:
 
 @dataclass
 class Encoded:
-    docs: dict[str, list[np.ndarray]]
+    """A batch's documents per key: all tokens in one array plus each document's length (cheap to pickle)."""
+
+    docs: dict[str, tuple[np.ndarray, np.ndarray]]
     bytes_in: int
     skipped_empty: int
     error: str | None = None
+
+    def documents(self, key: str) -> Iterator[np.ndarray]:
+        tokens, lengths = self.docs[key]
+        start = 0
+        for length in lengths.tolist():
+            yield tokens[start : start + length]
+            start += length
+
+    @property
+    def count(self) -> int:
+        return len(next(iter(self.docs.values()))[1]) if self.docs else 0
 
 
 _worker: dict[str, Any] = {}
@@ -167,16 +180,23 @@ def _encode(batch: Batch) -> Encoded:
                 what = "has no key" if value is None else f"has a non-string {type(value).__name__} under"
                 return Encoded({}, size, 0, f"{where}: the record {what} {key!r}; use --json-keys with the field holding the text")
             texts[key].append(value)
-    out: dict[str, list[np.ndarray]] = {}
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     skipped = 0
+    dtype = np.uint16 if tok.vocab_size < 65500 else np.int32  # what the builder stores, halving the transfer
+    eod = np.array([tok.eod], dtype=dtype)
     for key in keys:
-        docs = []
+        parts: list[np.ndarray] = []
+        lengths: list[int] = []
         for ids in tok.encode_batch(texts[key]):
             if ids.size == 0:
                 skipped += 1
                 continue
-            docs.append(np.append(ids, tok.eod).astype(np.int32) if _worker["eod"] else ids)
-        out[key] = docs
+            parts.append(ids.astype(dtype, copy=False))
+            if _worker["eod"]:
+                parts.append(eod)
+            lengths.append(int(ids.size) + (1 if _worker["eod"] else 0))
+        tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        out[key] = (tokens, np.asarray(lengths, dtype=np.int64))
     return Encoded(out, size, skipped)
 
 
@@ -291,12 +311,12 @@ def prepare(
         for encoded in _ordered(paths, workers, (tokenizer, keys, append_eod)):
             if encoded.error:
                 raise DataError(encoded.error.split("; ")[0], encoded.error.split("; ")[1] if "; " in encoded.error else "fix or remove that line")
-            for key, docs in encoded.docs.items():
+            for key in encoded.docs:
                 builder = builders[key]
-                for ids in docs:
+                for ids in encoded.documents(key):
                     builder.add_document(ids, [ids.size])
-                    progress.tokens += int(ids.size)
-            progress.docs += len(next(iter(encoded.docs.values()), []))
+                progress.tokens += int(encoded.docs[key][0].size)
+            progress.docs += encoded.count
             progress.bytes_in += encoded.bytes_in
             progress.skipped_empty += encoded.skipped_empty
             now = time.monotonic()

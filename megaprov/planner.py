@@ -293,7 +293,11 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
             "enable distributed_optimizer",
         )
     if p.overlap_param_gather and not p.overlap_grad_reduce:
-        out.add("parallel.overlap_param_gather", "parallel.overlap_param_gather=true needs parallel.overlap_grad_reduce=true", "enable overlap_grad_reduce")
+        out.add(
+            "parallel.overlap_param_gather",
+            "parallel.overlap_param_gather=true needs parallel.overlap_grad_reduce=true",
+            "enable overlap_grad_reduce",
+        )
     if m.attention_backend == "local" and launch.trainer == "megatron-lm":
         out.add(
             "model.attention_backend",

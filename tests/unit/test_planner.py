@@ -77,7 +77,11 @@ def test_flops_swiglu_and_gqa_terms():
         ("parallel", {"overlap_param_gather": True, "distributed_optimizer": False}, "needs parallel.distributed_optimizer=true"),
         ("train", {"micro_batch_size": 3}, "train.global_batch_size=256 is not a multiple of train.micro_batch_size=3"),
         ("train", {"min_lr": 1.0}, "train.min_lr=1.0 is above train.lr"),
-        ("parallel", {"overlap_grad_reduce": False, "overlap_param_gather": True}, "parallel.overlap_param_gather=true needs parallel.overlap_grad_reduce=true"),
+        (
+            "parallel",
+            {"overlap_grad_reduce": False, "overlap_param_gather": True},
+            "parallel.overlap_param_gather=true needs parallel.overlap_grad_reduce=true",
+        ),
         ("model", {"attention_backend": "local"}, "model.attention_backend=local needs Megatron-LM's local layer spec"),
         ("model", {"max_position_embeddings": 512}, "model.max_position_embeddings=512 is below model.seq_length=1024"),
     ],
