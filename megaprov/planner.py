@@ -23,7 +23,7 @@ Sources of the formulas (read, re-derived, not copied):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
 
@@ -608,9 +608,9 @@ def fixes(spec: JobSpec, cluster: Cluster) -> list[Fix]:
     for mb in divisors(base.micro_batch):
         if mb < base.micro_batch:
             trials.append(("train.micro_batch_size", mb, replace(base, micro_batch=mb)))
-    for rc in ("selective", "full"):
-        if rc != base.recompute and not (base.recompute == "full"):
-            trials.append(("train.recompute", rc, replace(base, recompute=rc)))
+    stronger = {"none": ("selective", "full"), "selective": ("full",), "full": ()}[base.recompute]
+    for rc in stronger:
+        trials.append(("train.recompute", rc, replace(base, recompute=rc)))
     if not base.distributed_optimizer:
         trials.append(("parallel.distributed_optimizer", True, replace(base, distributed_optimizer=True)))
     if base.tp > 1 and not base.sequence_parallel:
@@ -666,14 +666,6 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU) -> Plan:
     )
 
 
-@dataclass
-class _Search:
-    spec: JobSpec
-    cluster: Cluster
-    mfu: float
-    results: list[Candidate] = field(default_factory=list)
-
-
 def suggest(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU, top: int = 10) -> list[Candidate]:
     """Valid layouts that fit, ranked by estimated tokens/s (then by memory)."""
     m, t = spec.model, spec.train
@@ -684,7 +676,7 @@ def suggest(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU, top: int 
     cps = [x for x in (1, 2, 4, 8, 16) if x == 1 or m.seq_length % (2 * x) == 0]
     recomputes = ("none", "selective", "full")
     dist_opts = (True,) if spec.parallel.distributed_optimizer else (False, True)
-    search = _Search(spec, cluster, mfu)
+    results: list[Candidate] = []
     lab = spec.launch.trainer == "lab"
     for tp, pp, cp in product(tps, pps, cps):
         if world % (tp * pp * cp) or (lab and (pp > 1 or cp > 1)):
@@ -702,6 +694,6 @@ def suggest(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU, top: int 
             if mem.fits is False:
                 continue
             est, step, tok = _timing(spec, layout, cluster, mfu)
-            search.results.append(Candidate(layout, dp, mem.total / GIB, est, step, tok))
-    search.results.sort(key=lambda c: (-round(c.tokens_per_second, 6), c.memory_gib))
-    return search.results[:top]
+            results.append(Candidate(layout, dp, mem.total / GIB, est, step, tok))
+    results.sort(key=lambda c: (-round(c.tokens_per_second, 6), c.memory_gib))
+    return results[:top]
