@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import ast
 import difflib
+import ipaddress
 import re
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -296,6 +297,40 @@ def validate_vars(values: dict[str, Any], source: str, specs: dict[str, dict[str
             )
 
 
+def _overlap(a: str, b: str) -> bool:
+    pa, pb = PurePosixPath(a), PurePosixPath(b)
+    return pa == pb or pa in pb.parents or pb in pa.parents
+
+
+def storage_checks(inventory: Inventory) -> None:
+    """Storage settings that no single variable type can express; raised before any host is contacted."""
+    path = inventory.path
+    servers = inventory.groups.get("nfs_server")
+    if servers is not None and len(servers) != 1:
+        raise InventoryError(
+            f"{path}: [nfs_server] has {len(servers)} hosts", "put exactly one host in [nfs_server] (or remove the group: [head] serves NFS)"
+        )
+    server = servers[0] if servers else inventory.head
+    shared = str(inventory.host_var(server, "nfs_server_export_dir", inventory.host_var(server, "megaprov_shared_dir", "/shared")))
+    if not shared.startswith("/") or PurePosixPath(shared) == PurePosixPath("/"):
+        raise InventoryError(
+            f"{path}: the shared directory {shared!r} must be an absolute path other than /", "set megaprov_shared_dir to e.g. /shared"
+        )
+    for host in inventory.hosts:
+        scratch = str(inventory.host_var(host, "megaprov_scratch_dir", "/var/tmp"))
+        if _overlap(shared, scratch):
+            raise InventoryError(
+                f"{path}: the shared directory {shared} and megaprov_scratch_dir={scratch} (host {host}) overlap",
+                "keep node-local scratch outside the NFS export",
+            )
+    cidr = str(inventory.host_var(server, "nfs_server_clients_cidr", "") or "")
+    if cidr:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise InventoryError(f"{path}: nfs_server_clients_cidr={cidr!r} is not a CIDR", "write it as ADDRESS/PREFIX, e.g. 10.0.0.0/16") from None
+
+
 def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inventory:
     """Parse and validate ``path``; raise :class:`InventoryError` on the first problem."""
     path = Path(path)
@@ -377,6 +412,7 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
         validate_vars(host.vars, f"{path} ({host.line}, host {name})", specs, prefixes)
 
     inventory = Inventory(path=path.resolve(), hosts=hosts, groups=resolved, group_vars=all_vars)
+    storage_checks(inventory)
     seen: dict[tuple[str, int], str] = {}
     for name in hosts:
         key = (inventory.host_var(name, "ansible_host", name), int(inventory.host_var(name, "ansible_port", 22)))

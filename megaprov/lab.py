@@ -25,6 +25,7 @@ Progress = Callable[[str], None]
 BASE_IMAGE = "localhost/megaprov-base:bookworm"
 NODE_IMAGE = "localhost/megaprov-node"
 LABEL = "io.megaprov.lab"
+LAB_SHARED_DIR = "/shared"  # megaprov_shared_dir's default
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,openssh-server,sudo,iproute2,procps,ca-certificates,locales"
 HOST_CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 MAX_NODES = 32
@@ -225,6 +226,11 @@ def lab_dir(root: Path, lab: str) -> Path:
     return root / "inventories" / "lab" / lab
 
 
+def volume_name(lab: str) -> str:
+    """The podman volume holding the lab's shared directory on node1 (the NFS server)."""
+    return f"megaprov-lab-{lab}-shared"
+
+
 def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path) -> tuple[str, str]:
     """The lab's inventory.ini and group_vars/all.yml. Pure."""
     lines = [f"# megaprov lab '{lab}': written by `megaprov lab up`, removed by `megaprov lab down`.", "[head]", members[0].name, "", "[gpu_nodes]"]
@@ -243,6 +249,10 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         "common_sysctl_apply: false\n"
         "# The lab's disks are the host's: a short write test is enough.\n"
         "preflight_write_test_mb: 64\n"
+        "# No kernel NFS here: NFS-Ganesha serves the shared directory from node1, the nodes reach it with libnfs.\n"
+        "nfs_server_implementation: ganesha\n"
+        "nfs_server_ganesha_graceless: true\n"
+        "nfs_client_mode: libnfs\n"
     )
     return inventory, group_vars
 
@@ -293,6 +303,10 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
             ]
             if ca:
                 args += ["-v", f"{ca}:/etc/host-ca.crt:ro"]
+            if index == 1:
+                # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (a volume, not the
+                # overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle.
+                args += ["--cap-add", "DAC_READ_SEARCH", "-v", f"{volume_name(lab)}:{LAB_SHARED_DIR}"]
             podman(*args, tag)
             podman("cp", str(key.with_suffix(".pub")), f"{cname}:/root/.ssh/authorized_keys")
             podman("start", cname)
@@ -335,6 +349,9 @@ def down(root: Path, lab: str, progress: Progress = _quiet) -> list[str]:
     if subprocess.run(["podman", "network", "exists", network_name(lab)], env=podman_env(), check=False).returncode == 0:
         podman("network", "rm", network_name(lab))
         removed.append(network_name(lab))
+    if subprocess.run(["podman", "volume", "exists", volume_name(lab)], env=podman_env(), check=False).returncode == 0:
+        podman("volume", "rm", volume_name(lab))
+        removed.append(volume_name(lab))
     directory = lab_dir(root, lab)
     if directory.exists():
         shutil.rmtree(directory)

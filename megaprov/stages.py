@@ -7,6 +7,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("preflight", "facts per node and a verdict against the requirements"),
     ("base", "packages, time sync, /etc/hosts, limits, sysctl"),
     ("ssh_mesh", "cluster user, cluster key, pinned known_hosts, all-pairs SSH check"),
+    ("storage", "NFS server (kernel or Ganesha) and the shared directory on every node, N x N write/read check"),
 )
 ROLE_TAGS: tuple[str, ...] = (
     "preflight",
@@ -17,5 +18,13 @@ ROLE_TAGS: tuple[str, ...] = (
     "ssh_mesh_install",
     "ssh_mesh_configure",
     "ssh_mesh_check",
+    "nfs_server",
+    "nfs_server_install",
+    "nfs_server_configure",
+    "nfs_server_run",
+    "nfs_client",
+    "nfs_client_install",
+    "nfs_client_configure",
+    "nfs_client_check",
 )
 KNOWN_TAGS: frozenset[str] = frozenset({name for name, _ in STAGES} | set(ROLE_TAGS) | {"always", "never", "all"})

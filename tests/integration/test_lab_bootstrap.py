@@ -115,7 +115,10 @@ def test_an_unreachable_host_stops_before_any_change(lab3, tmp_path):
 def test_lab_down_removes_exactly_what_up_made(lab3):
     code, doc, _ = megaprov("lab", "down", "--name", LAB, "--output", "json")
     assert code == 0
-    assert set(doc["result"]["removed"]) == set(containers(lab3)) | {f"megaprov-{LAB}", str(Path(lab3["inventory"]).parent)}
+    expected = set(containers(lab3)) | {f"megaprov-{LAB}", f"megaprov-lab-{LAB}-shared", str(Path(lab3["inventory"]).parent)}
+    assert set(doc["result"]["removed"]) == expected
     names = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True).stdout
     assert not [n for n in names.split() if n.startswith(f"megaprov-{LAB}-")]
     assert not Path(lab3["inventory"]).exists()
+    volumes = subprocess.run(["podman", "volume", "ls", "--format", "{{.Name}}"], capture_output=True, text=True).stdout
+    assert f"megaprov-lab-{LAB}-shared" not in volumes.split()

@@ -141,3 +141,24 @@ def test_the_example_inventory_is_valid():
     assert example.hosts_of("gpu_nodes") == ["gpu01", "gpu02", "gpu03", "gpu04"]
     assert example.host_var("gpu03", "megaprov_gpus_per_node") == 8
     assert example.host_var("head01", "megaprov_gpu_expected") is False
+
+
+STORAGE_BASE = "[head]\nh ansible_host=10.0.0.1\n[gpu_nodes]\ng1 ansible_host=10.0.0.2\n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("[nfs_server]\ng1\nh\n", "[nfs_server] has 2 hosts: put exactly one host in [nfs_server]"),
+        ("[all:vars]\nmegaprov_shared_dir=shared\n", "megaprov_shared_dir='shared' must be an absolute path"),
+        ("[all:vars]\nmegaprov_shared_dir=/\n", "the shared directory '/' must be an absolute path other than /"),
+        ("[all:vars]\nmegaprov_shared_dir=/var\n", "the shared directory /var and megaprov_scratch_dir=/var/tmp (host"),
+        ("[all:vars]\nnfs_server_clients_cidr=10.0.0.0/33\n", "nfs_server_clients_cidr='10.0.0.0/33' is not a CIDR"),
+    ],
+)
+def test_storage_settings_are_checked_before_connecting(tmp_path, extra, message):
+    path = tmp_path / "inventory.ini"
+    path.write_text(STORAGE_BASE + extra)
+    with pytest.raises(InventoryError) as info:
+        inv.load(path, ROOT / "roles", ROOT / "inventories" / "defaults.yml")
+    assert message in str(info.value)
