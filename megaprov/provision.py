@@ -17,6 +17,8 @@ from megaprov.stages import KNOWN_TAGS
 
 FACTS_ACTION = "megaprov_node_facts"
 MESH_ACTION = "megaprov_ssh_check"
+SHARED_ACTION = "megaprov_shared_check"
+FABRIC_ACTION = "megaprov_rdma_facts"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class Report:
     checks: list[dict[str, Any]] = field(default_factory=list)
     nodes: dict[str, Any] = field(default_factory=dict)
     mesh: list[dict[str, Any]] = field(default_factory=list)
+    shared: list[dict[str, Any]] = field(default_factory=list)  # reader, writer, ok, error
+    fabric: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> summary, ports, nccl_env
     exit_code: ExitCode = ExitCode.OK
     error: str | None = None
 
@@ -123,13 +127,22 @@ def _report(inventory: inv.Inventory, playbook: str, result: runner.RunResult, c
 
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
-    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION))
+    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION))
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)
     mesh = sorted(
         (pair for item in result.results if item.action == MESH_ACTION for pair in item.res.get("pairs", [])), key=lambda p: (p["source"], p["peer"])
     )
-    return _report(inventory, "bootstrap.yml", result, code, error, checks=checks, nodes=nodes, mesh=mesh)
+    shared = sorted(
+        ({"reader": item.host, **check} for item in result.results if item.action == SHARED_ACTION for check in item.res.get("checks", [])),
+        key=lambda c: (c["reader"], c["writer"]),
+    )
+    fabric = {
+        item.host: {k: item.res.get(k) for k in ("summary", "ports", "gpus", "nccl_env")}
+        for item in result.results
+        if item.action == FABRIC_ACTION and "summary" in item.res
+    }
+    return _report(inventory, "bootstrap.yml", result, code, error, checks=checks, nodes=nodes, mesh=mesh, shared=shared, fabric=fabric)
 
 
 def _preflight_rows(result: runner.RunResult) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -183,6 +196,17 @@ def render_bootstrap(report: Report) -> None:
         out.print(f"ssh mesh: {len(report.mesh) - len(bad)}/{len(report.mesh)} pairs connect without a prompt (slowest {slowest:.2f}s)", markup=False)
         for line in bad:
             out.print(f"  {line}", markup=False)
+    if report.shared:
+        bad_reads = [f"{c['reader']} <- {c['writer']}: {c['error']}" for c in report.shared if not c["ok"]]
+        readers = len({c["reader"] for c in report.shared})
+        out.print(
+            f"shared directory: {len(report.shared) - len(bad_reads)}/{len(report.shared)} reads identical ({readers} writers x {readers} readers)",
+            markup=False,
+        )
+        for line in bad_reads:
+            out.print(f"  {line}", markup=False)
+    for host, fab in sorted(report.fabric.items()):
+        out.print(f"fabric: {host}: {fab['summary']}", markup=False)
     _render_failures(report)
     verdict = "ok" if report.ok else "FAILED"
     out.print(f"bootstrap {verdict}: {report.changed} change(s) in {report.seconds:.1f}s; artifacts: {report.artifacts}", markup=False)

@@ -8,6 +8,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("base", "packages, time sync, /etc/hosts, limits, sysctl"),
     ("ssh_mesh", "cluster user, cluster key, pinned known_hosts, all-pairs SSH check"),
     ("storage", "NFS server (kernel or Ganesha) and the shared directory on every node, N x N write/read check"),
+    ("fabric", "RDMA stack, GPUDirect RDMA, IPoIB and /etc/megaprov/nccl.env on the training nodes"),
 )
 ROLE_TAGS: tuple[str, ...] = (
     "preflight",
@@ -26,5 +27,8 @@ ROLE_TAGS: tuple[str, ...] = (
     "nfs_client_install",
     "nfs_client_configure",
     "nfs_client_check",
+    "infiniband",
+    "infiniband_install",
+    "infiniband_configure",
 )
 KNOWN_TAGS: frozenset[str] = frozenset({name for name, _ in STAGES} | set(ROLE_TAGS) | {"always", "never", "all"})
