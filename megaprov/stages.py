@@ -30,5 +30,6 @@ ROLE_TAGS: tuple[str, ...] = (
     "infiniband",
     "infiniband_install",
     "infiniband_configure",
+    "infiniband_check",
 )
 KNOWN_TAGS: frozenset[str] = frozenset({name for name, _ in STAGES} | set(ROLE_TAGS) | {"always", "never", "all"})

@@ -46,3 +46,26 @@ def test_no_device(tmp_path):
     env, summary = rdma.nccl_env(rdma.ports(str(tmp_path / "absent")), "eth0", 3, {})
     assert env == {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0", "NCCL_IB_DISABLE": "1"}
     assert summary == "no RDMA device: NCCL will use TCP sockets on eth0"
+
+
+bw = load_module(ROOT / "roles" / "infiniband" / "library" / "megaprov_ib_write_bw.py", "megaprov_ib_write_bw")
+
+# perftest's result table (ib_write_bw -D 5 -F --report_gbits), as printed by the client.
+IB_WRITE_BW_OUTPUT = """\
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF          Device         : mlx5_0
+ Number of qps   : 1            Transport type : IB
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
+ 65536      3741120          0.00               392.27               0.748204
+---------------------------------------------------------------------------------------
+"""
+
+
+def test_ib_write_bw_average_is_parsed():
+    assert bw.parse_average_gbps(IB_WRITE_BW_OUTPUT) == 392.27
+
+
+def test_ib_write_bw_without_a_table():
+    assert bw.parse_average_gbps(" Couldn't connect to 10.0.0.2:18515\n") is None
