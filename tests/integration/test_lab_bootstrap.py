@@ -63,6 +63,26 @@ def test_check_mode_after_converge_reports_no_change(lab3):
     assert doc["result"]["changed"] == 0
 
 
+def test_storage_and_fabric_are_in_the_report(lab3):
+    code, doc, err = megaprov("bootstrap", lab3["inventory"], "--tags", "storage,fabric", "--output", "json")
+    assert code == 0, err
+    shared = doc["result"]["shared"]
+    assert sorted((c["reader"], c["writer"]) for c in shared) == [(r, w) for r in ("node1", "node2", "node3") for w in ("node1", "node2", "node3")]
+    assert all(c["ok"] for c in shared), shared
+    fabric = doc["result"]["fabric"]
+    line = "no RDMA device: NCCL will use TCP sockets on eth0"
+    assert {h: f["summary"] for h, f in fabric.items()} == {h: line for h in ("node1", "node2", "node3")}
+    env = podman_exec(containers(lab3)[1], "cat", "/etc/megaprov/nccl.env").stdout
+    assert "NCCL_SOCKET_IFNAME=eth0" in env and "GLOO_SOCKET_IFNAME=eth0" in env and "NCCL_IB_DISABLE=1" in env
+
+
+def test_kernel_nfs_fails_fast_where_the_kernel_has_none(lab3):
+    code, doc, err = megaprov("bootstrap", lab3["inventory"], "--tags", "storage", "-e", "nfs_server_implementation=kernel", "--output", "json")
+    assert code == 3
+    assert "node1" in doc["error"] and "this kernel has no NFS server support" in doc["error"]
+    assert "set nfs_server_implementation: ganesha" in doc["error"]
+
+
 def test_preflight_reports_every_node_gpu_less_and_passing(lab3):
     code, doc, err = megaprov("preflight", lab3["inventory"], "--output", "json")
     assert code == 0, err

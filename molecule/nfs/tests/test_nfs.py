@@ -1,5 +1,7 @@
 """The export served by NFS-Ganesha on nfs1, reached from the other nodes through libnfs."""
 
+import uuid
+
 import pytest
 
 testinfra_hosts = ["podman://nfs1", "podman://nfs2", "podman://nfs3"]
@@ -54,9 +56,10 @@ def test_a_file_written_on_one_client_reads_identically_on_another(host, nfs1):
     import testinfra
 
     writer = testinfra.get_host(f"podman://{other}")
-    writer.check_output(f"head -c 65536 /dev/urandom > /tmp/x && nfs-cp /tmp/x '{url(nfs1, 'jobs/from-' + other)}'")
+    name = f"jobs/from-{other}-{uuid.uuid4().hex[:8]}"  # nfs-cp never overwrites
+    writer.check_output(f"head -c 65536 /dev/urandom > /tmp/x && nfs-cp /tmp/x '{url(nfs1, name)}'")
     want = writer.check_output("sha256sum /tmp/x").split()[0]
-    got = host.check_output(f"nfs-cat '{url(nfs1, 'jobs/from-' + other)}' | sha256sum").split()[0]
+    got = host.check_output(f"nfs-cat '{url(nfs1, name)}' | sha256sum").split()[0]
     assert got == want
 
 
@@ -64,5 +67,5 @@ def test_root_is_squashed(host, nfs1):
     if host.backend.get_hostname() != "nfs2":
         pytest.skip("one client is enough")
     host.check_output("echo x > /tmp/r")
-    result = host.run(f"nfs-cp /tmp/r '{url(nfs1, 'checkpoints/as-root', uid=0)}'")
+    result = host.run(f"nfs-cp /tmp/r '{url(nfs1, 'checkpoints/as-root-' + uuid.uuid4().hex[:8], uid=0)}'")
     assert result.rc != 0, "root on a client must not write into the cluster user's directories"
