@@ -182,13 +182,12 @@ def _job_parsers(sub: Any) -> None:
     output(prep)
 
 
-def _spec_and_cluster(args: argparse.Namespace) -> tuple[Any, Any, list[tuple[str, str]]]:
+def _spec_and_cluster(args: argparse.Namespace, path: str) -> tuple[Any, Any, list[tuple[str, str]]]:
     from megaprov import launch
 
-    spec, text = launch.read(args.job if hasattr(args, "job") else args.spec)
-    shape = launch.Shape(args.nodes, args.gpus_per_node, args.gpu)
-    found, hosts = launch.cluster(spec, args.inventory, shape)
-    launch.check(spec, text, args.job if hasattr(args, "job") else args.spec, found.world, found.gpus_per_node)
+    spec, text = launch.read(path)
+    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu))
+    launch.check(spec, text, path, found.world, found.gpus_per_node)
     return spec, found, hosts
 
 
@@ -199,12 +198,12 @@ def _cmd_job(args: argparse.Namespace) -> Outcome:
         print(json.dumps(jobspec.schema(), indent=2))
         return Outcome("job schema", None, quiet=True)
     if args.job_command == "check":
-        spec, text = launch.read(args.spec)
         world = None
         if args.inventory or args.nodes or args.gpus_per_node:
-            spec, found, _ = _spec_and_cluster(args)
+            spec, found, _ = _spec_and_cluster(args, args.spec)
             world = found.world
         else:
+            spec, text = launch.read(args.spec)
             launch.check(spec, text, args.spec, None, None)
         if args.output == "text":
             where = f" on {world} GPUs" if world else ""
@@ -218,7 +217,7 @@ def _cmd_plan(args: argparse.Namespace) -> Outcome:
 
     from megaprov import jobview, planner
 
-    spec, found, _ = _spec_and_cluster(args)
+    spec, found, _ = _spec_and_cluster(args, args.job)
     mfu = args.mfu or planner.DEFAULT_MFU
     if args.suggest:
         start = time.perf_counter()
@@ -246,7 +245,7 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
 
     if not args.inventory:
         raise UsageError("megaprov train needs -i INVENTORY", "pass the cluster's inventory (megaprov lab up writes one)")
-    spec, found, hosts = _spec_and_cluster(args)
+    spec, found, hosts = _spec_and_cluster(args, args.job)
     planned = planner.plan(spec, found)
     if planned.fits is False:
         fixes = "; ".join(f.render() for f in planned.fixes) or "run megaprov plan --suggest"

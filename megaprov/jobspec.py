@@ -333,27 +333,36 @@ def parse(text: str, source: str = "") -> JobSpec:
         raise JobSpecError(problems, source) from None
 
 
-def load(path: str | Path) -> JobSpec:
-    """Read and validate a job spec file."""
+def read_text(path: str | Path) -> str:
+    """The text of a job spec file; a missing or unreadable file is a usage error."""
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"job spec {file} does not exist", "pass the path of a gpt.yml (see examples/jobs/)")
     try:
-        text = file.read_text(encoding="utf-8")
+        return file.read_text(encoding="utf-8")
     except (UnicodeDecodeError, OSError) as exc:
         raise UsageError(f"job spec {file}: cannot be read ({exc.__class__.__name__})", "pass a UTF-8 YAML file") from None
-    return parse(text, str(file))
 
 
-def line_of(text: str, path: tuple[str | int, ...]) -> int | None:
-    """Line of a field in the YAML text (for cross-field problems found by the planner)."""
+def load(path: str | Path) -> JobSpec:
+    """Read and validate a job spec file."""
+    return parse(read_text(path), str(path))
+
+
+Lines = dict[tuple[str | int, ...], int]
+
+
+def line_map(text: str) -> Lines:
+    """Line of every key and item of the YAML text ({} when it does not compose)."""
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
-        return None
-    if node is None:
-        return None
-    lines = _line_map(node)
+        return {}
+    return _line_map(node) if node is not None else {}
+
+
+def line_of(lines: Lines, path: tuple[str | int, ...]) -> int | None:
+    """Line of a field, or of its nearest present parent (for cross-field problems found by the planner)."""
     while path and path not in lines:
         path = path[:-1]
     return lines.get(path)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from megaprov import inventory as inv
-from megaprov import planner, render
+from megaprov import jobspec, planner, render
 from megaprov.errors import UsageError
-from megaprov.jobspec import JobSpec, JobSpecError, line_of
+from megaprov.jobspec import JobSpec, JobSpecError
 from megaprov.paths import project_root
 
 
@@ -64,12 +63,12 @@ def check(spec: JobSpec, text: str, source: str, world: int | None, gpus_per_nod
     """Raise :class:`JobSpecError` with every cross-field problem, each with its line in the file."""
     problems = planner.spec_problems(spec, world, gpus_per_node) + render.check_extra_args(spec)
     if problems:
-        located = [p if p.line else type(p)(p.path, p.message, p.fix, line_of(text, tuple(p.path.split(".")))) for p in problems]
+        lines = jobspec.line_map(text)
+        located = [p if p.line else type(p)(p.path, p.message, p.fix, jobspec.line_of(lines, tuple(p.path.split(".")))) for p in problems]
         raise JobSpecError(located, source)
 
 
 def read(path: str) -> tuple[JobSpec, str]:
-    from megaprov import jobspec
-
-    spec = jobspec.load(path)
-    return spec, Path(path).read_text(encoding="utf-8")
+    """The validated spec and its text (kept for the lines of cross-field problems); the file is read once."""
+    text = jobspec.read_text(path)
+    return jobspec.parse(text, path), text

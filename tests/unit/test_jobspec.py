@@ -116,6 +116,8 @@ def test_schema_forbids_unknown_keys_everywhere():
 
 def test_line_of_nested_field():
     text = textwrap.dedent(MINIMAL)
-    assert jobspec.line_of(text, ("train", "lr")) == 10
-    assert jobspec.line_of(text, ("parallel", "tensor")) is None  # absent section: no line
-    assert jobspec.line_of(text, ("model", "nope")) == 2
+    lines = jobspec.line_map(text)
+    assert jobspec.line_of(lines, ("train", "lr")) == 10
+    assert jobspec.line_of(lines, ("parallel", "tensor")) is None  # absent section: no line
+    assert jobspec.line_of(lines, ("model", "nope")) == 2
+    assert jobspec.line_map("a: [1,\n") == {}
