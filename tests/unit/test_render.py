@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import jobspec, planner, render
+from megaprov import jobspec, render
 from megaprov.jobspec import JobSpecError
 from megaprov.planner import GPUS, Cluster
 
@@ -203,7 +203,3 @@ def test_relative_paths_land_on_the_shared_dir():
     assert args[args.index("--data-path") + 2] == "/mnt/shared/data/lab_text_document"
     assert args[args.index("--save") + 1] == "/mnt/shared/checkpoints/lab-tiny"
 
-
-def test_plan_uses_the_same_vocab_padding_as_megatron():
-    s = spec("gpt3-175b-128nodes")
-    assert planner.plan(s, cluster_for(s)).padded_vocab == 51200
