@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
 
 
@@ -24,8 +25,14 @@ def test_every_role_has_a_scenario():
 @pytest.mark.skipif(shutil.which("podman") is None, reason="skipped: podman is not installed (run scripts/setup.sh)")
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_molecule_scenario(scenario):
+    from megaprov import wheelhouse
+    from tests.fixtures import build as fixtures
+
     bin_dir = Path(sys.executable).parent
     env = {
+        # What the GPU-stack scenarios mount: the fixture apt repository and git remotes, and the lab wheelhouse.
+        "MEGAPROV_FIXTURES": str(fixtures.build()),
+        "MEGAPROV_WHEELHOUSE": str(wheelhouse.build()),
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "CONTAINERS_CONF": str(ROOT / "megaprov" / "lab_files" / "containers.conf"),

@@ -1,0 +1,64 @@
+"""A wheelhouse: the wheels of a training environment in one directory, for nodes without an index.
+
+Air-gapped sites and the container lab point the pytorch role at it (``pytorch_source: wheelhouse``).
+Built with ``pip download`` for the nodes' interpreter (CPython 3.11 on Debian 12 by default) and cached by
+the requirement list, so a second build is free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import MegaprovError
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "megaprov" / "wheelhouse"
+# What the lab's CPU nodes run: torch (CPU build) and megatron-core; torch's CPU wheels come from
+# MEGAPROV_TORCH_INDEX (e.g. https://download.pytorch.org/whl/cpu) or pip's configured find-links.
+LAB_REQUIREMENTS = (os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"), "megatron-core==0.16.1", "six", "regex", "einops")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
+
+
+def build(requirements: tuple[str, ...] = LAB_REQUIREMENTS, python_version: str = "3.11", cache: Path = CACHE, index_url: str | None = None) -> Path:
+    """Download ``requirements`` and their dependencies as wheels for CPython ``python_version``; return the directory."""
+    index_url = index_url if index_url is not None else os.environ.get("MEGAPROV_TORCH_INDEX")
+    key = "\n".join([*requirements, python_version, index_url or ""])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    final = cache / f"py{python_version.replace('.', '')}-{digest}"
+    if (final / ".complete").exists():
+        return final
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".wheelhouse-", dir=cache))
+    args = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(tmp), "--only-binary", ":all:",
+            "--python-version", python_version, "--implementation", "cp"]
+    for platform in PLATFORMS:
+        args += ["--platform", platform]
+    if index_url:
+        args += ["--extra-index-url", index_url]
+    try:
+        proc = subprocess.run([*args, *requirements], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            last = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING")][-1:] or ["pip failed"]
+            raise MegaprovError(
+                f"could not build the wheelhouse ({' '.join(requirements)}): {last[0]}",
+                "set MEGAPROV_TORCH_INDEX to a CPU wheel index (https://download.pytorch.org/whl/cpu) or a local wheel folder",
+            )
+        (tmp / ".complete").write_text("\n".join(requirements) + "\n")
+        for path in [tmp, *tmp.iterdir()]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return final
+
+
+def size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.glob("*.whl"))
