@@ -34,6 +34,7 @@ CLUSTER_VARS: dict[str, dict[str, Any]] = {
     "megaprov_gpu_expected": {"type": "bool", "description": "gpu_nodes hosts must have NVIDIA GPUs"},
     "megaprov_gpus_per_node": {"type": "int", "description": "GPUs each gpu_nodes host must have (0: any)"},
     "megaprov_lab": {"type": "bool", "description": "hosts are megaprov lab containers"},
+    "megaprov_offline": {"type": "bool", "description": "nodes have no internet: every package source must point at a mirror"},
     "megaprov_gpu_model": {"type": "str", "description": "GPU model of gpu_nodes for the planner (e.g. H100-SXM)"},
 }
 # Connection variables Ansible itself interprets.
@@ -331,6 +332,64 @@ def storage_checks(inventory: Inventory) -> None:
             raise InventoryError(f"{path}: nfs_server_clients_cidr={cidr!r} is not a CIDR", "write it as ADDRESS/PREFIX, e.g. 10.0.0.0/16") from None
 
 
+# Source variables whose defaults reach the internet, and when each is used: (variable, switch, value that uses it).
+OFFLINE_SOURCES: tuple[tuple[str, str, Any], ...] = (
+    ("nvidia_driver_repo_url", "nvidia_driver_method", "cuda_repo"),
+    ("nvidia_driver_keyring_url", "nvidia_driver_method", "cuda_repo"),
+    ("nccl_tests_repo", "nccl_tests", True),
+    ("megatron_repo", "megatron_checkout", True),
+    ("apex_repo", "apex_enabled", True),
+)
+
+
+def _role_default(roles_dir: Path, role: str, name: str) -> Any:
+    path = roles_dir / role / "defaults" / "main.yml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return (data or {}).get(name)
+
+
+def gpu_stack_checks(inventory: Inventory, roles_dir: Path) -> None:
+    """GPU-stack settings that only make sense together; raised before any host is contacted."""
+    path = inventory.path
+    table_file = roles_dir / "cuda" / "vars" / "main.yml"
+    table = (yaml.safe_load(table_file.read_text(encoding="utf-8")) or {}).get("cuda_min_driver_branch", {}) if table_file.is_file() else {}
+
+    def var(host: str, name: str) -> Any:
+        role = next((r for r in ("nvidia_driver", "cuda", "nccl", "pytorch", "apex", "megatron") if name.startswith(r + "_")), "")
+        return inventory.host_var(host, name, _role_default(roles_dir, role, name) if role else None)
+
+    for host in inventory.hosts_of("gpu_nodes"):
+        cuda, branch, method = str(var(host, "cuda_version")), str(var(host, "nvidia_driver_branch")), var(host, "cuda_method")
+        if "{{" in cuda + branch:
+            continue
+        if table and method != "none":
+            if cuda not in table:
+                raise InventoryError(f"{path}: cuda_version={cuda} (host {host}) is not a CUDA toolkit release megaprov knows", f"use one of {', '.join(table)}")
+            if not branch.isdigit() or int(branch) < int(table[cuda]):
+                raise InventoryError(
+                    f"{path}: nvidia_driver_branch={branch} (host {host}) is too old for cuda_version={cuda}, which needs driver branch >= {table[cuda]}",
+                    f"set nvidia_driver_branch: \"{table[cuda]}\" or newer, or a lower cuda_version",
+                )
+        megatron, core = str(var(host, "megatron_version")), inventory.host_var(host, "megatron_core_version")
+        if core is not None and "{{" not in str(core) and megatron.removeprefix("core_v") != str(core):
+            raise InventoryError(
+                f"{path}: megatron_core_version={core} (host {host}) does not match megatron_version={megatron}",
+                "remove megatron_core_version: it follows the tag",
+            )
+        if var(host, "pytorch_source") == "wheelhouse" and not var(host, "pytorch_wheelhouse"):
+            raise InventoryError(f"{path}: pytorch_source=wheelhouse (host {host}) but pytorch_wheelhouse is unset", "set pytorch_wheelhouse to the directory of wheels on the nodes")
+        if as_bool(inventory.host_var(host, "megaprov_offline", False)):
+            unset = [name for name, switch, used in OFFLINE_SOURCES
+                     if (as_bool(var(host, switch)) if isinstance(used, bool) else var(host, switch) == used) and inventory.host_var(host, name) is None]
+            if var(host, "pytorch_source") != "wheelhouse" and inventory.host_var(host, "pytorch_index_url") is None:
+                unset.append("pytorch_index_url (or pytorch_source: wheelhouse)")
+            if unset:
+                raise InventoryError(
+                    f"{path}: megaprov_offline is true but {', '.join(unset)} (host {host}) still point(s) at the internet",
+                    "set each to your mirror (an apt repository, git remote or wheel index the nodes reach)",
+                )
+
+
 def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inventory:
     """Parse and validate ``path``; raise :class:`InventoryError` on the first problem."""
     path = Path(path)
@@ -413,6 +472,7 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
 
     inventory = Inventory(path=path.resolve(), hosts=hosts, groups=resolved, group_vars=all_vars)
     storage_checks(inventory)
+    gpu_stack_checks(inventory, roles_dir)
     seen: dict[tuple[str, int], str] = {}
     for name in hosts:
         key = (inventory.host_var(name, "ansible_host", name), int(inventory.host_var(name, "ansible_port", 22)))

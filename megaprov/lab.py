@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from megaprov import wheelhouse
 from megaprov.errors import EnvironmentProblem, UsageError
 from megaprov.paths import LAB_FILES, fact_cache_dir
 
@@ -26,6 +27,7 @@ BASE_IMAGE = "localhost/megaprov-base:bookworm"
 NODE_IMAGE = "localhost/megaprov-node"
 LABEL = "io.megaprov.lab"
 LAB_SHARED_DIR = "/shared"  # megaprov_shared_dir's default
+LAB_WHEELHOUSE = "/srv/megaprov/wheelhouse"  # pytorch_wheelhouse on lab nodes
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,openssh-server,sudo,iproute2,procps,ca-certificates,locales"
 HOST_CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 MAX_NODES = 32
@@ -253,6 +255,11 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         "nfs_server_implementation: ganesha\n"
         "nfs_server_ganesha_graceless: true\n"
         "nfs_client_mode: libnfs\n"
+        "# CPU nodes, no package index for torch's CPU build: the wheelhouse `lab up` builds, mounted read-only.\n"
+        "pytorch_source: wheelhouse\n"
+        f"pytorch_wheelhouse: {LAB_WHEELHOUSE}\n"
+        "# The lab trainer runs on megatron-core alone; pretrain_gpt.py needs CUDA.\n"
+        "megatron_checkout: false\n"
     )
     return inventory, group_vars
 
@@ -273,6 +280,8 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     key = directory / "id_ed25519"
     known_hosts = directory / "known_hosts"
     tag = ensure_image(progress)
+    progress("wheelhouse (torch CPU build, megatron-core) for the nodes")
+    wheels = wheelhouse.build()
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     if not key.exists():
@@ -303,6 +312,7 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
             ]
             if ca:
                 args += ["-v", f"{ca}:/etc/host-ca.crt:ro"]
+            args += ["-v", f"{wheels}:{LAB_WHEELHOUSE}:ro"]
             if index == 1:
                 # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (a volume, not the
                 # overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle.

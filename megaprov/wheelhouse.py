@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .errors import MegaprovError
+from .errors import EnvironmentProblem
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "megaprov" / "wheelhouse"
 # What the lab's CPU nodes run: torch (CPU build) and megatron-core; torch's CPU wheels come from
@@ -24,7 +24,7 @@ LAB_REQUIREMENTS = (os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"), "megatron
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
 
 
-def build(requirements: tuple[str, ...] = LAB_REQUIREMENTS, python_version: str = "3.11", cache: Path = CACHE, index_url: str | None = None) -> Path:
+def build(requirements: tuple[str, ...] = LAB_REQUIREMENTS, python_version: str = "3.11", cache: Path = CACHE, index_url: str | None = None, cpu_only: bool = True) -> Path:
     """Download ``requirements`` and their dependencies as wheels for CPython ``python_version``; return the directory."""
     index_url = index_url if index_url is not None else os.environ.get("MEGAPROV_TORCH_INDEX")
     key = "\n".join([*requirements, python_version, index_url or ""])
@@ -44,9 +44,15 @@ def build(requirements: tuple[str, ...] = LAB_REQUIREMENTS, python_version: str 
         proc = subprocess.run([*args, *requirements], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             last = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING")][-1:] or ["pip failed"]
-            raise MegaprovError(
+            raise EnvironmentProblem(
                 f"could not build the wheelhouse ({' '.join(requirements)}): {last[0]}",
                 "set MEGAPROV_TORCH_INDEX to a CPU wheel index (https://download.pytorch.org/whl/cpu) or a local wheel folder",
+            )
+        cuda = sorted(p.name for p in tmp.glob("nvidia_*.whl")) + sorted(p.name for p in tmp.glob("torch-*.whl") if "+cpu" not in p.name)
+        if cpu_only and cuda:
+            raise EnvironmentProblem(
+                f"the wheelhouse would hold CUDA wheels ({cuda[0]}, ...): PyPI serves torch's CUDA build",
+                "set MEGAPROV_TORCH_INDEX=https://download.pytorch.org/whl/cpu (or a folder with the CPU wheel) and run again",
             )
         (tmp / ".complete").write_text("\n".join(requirements) + "\n")
         for path in [tmp, *tmp.iterdir()]:

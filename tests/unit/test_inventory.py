@@ -162,3 +162,39 @@ def test_storage_settings_are_checked_before_connecting(tmp_path, extra, message
     with pytest.raises(InventoryError) as info:
         inv.load(path, ROOT / "roles", ROOT / "inventories" / "defaults.yml")
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("group_vars", "expected"),
+    [
+        ("nvidia_driver_branch: '535'\ncuda_version: '12.4'\n", "nvidia_driver_branch=535 (host gpu01) is too old for cuda_version=12.4, which needs driver branch >= 550"),
+        ("cuda_version: '12.7'\n", "cuda_version=12.7 (host gpu01) is not a CUDA toolkit release"),
+        ("nvidia_driver_method: runfile\n", "nvidia_driver_method='runfile' must be one of cuda_repo, distro, preinstalled"),
+        ("megatron_core_version: '0.15.0'\n", "megatron_core_version=0.15.0 (host gpu01) does not match megatron_version=core_v0.16.1"),
+        ("pytorch_source: wheelhouse\n", "pytorch_source=wheelhouse (host gpu01) but pytorch_wheelhouse is unset"),
+        ("megaprov_offline: true\nnvidia_driver_repo_url: http://mirror/cuda/\n",
+         "megaprov_offline is true but nvidia_driver_keyring_url, nccl_tests_repo, megatron_repo, pytorch_index_url (or pytorch_source: wheelhouse)"),
+    ],
+)
+def test_gpu_stack_settings_fail_before_any_connection(tmp_path, group_vars, expected):
+    with pytest.raises(InventoryError) as err:
+        load(write(tmp_path, GOOD, {"gpu_nodes.yml": group_vars}))
+    assert expected in str(err.value)
+
+
+def test_gpu_stack_settings_that_fit_pass(tmp_path):
+    offline = """\
+        megaprov_offline: true
+        nvidia_driver_branch: '570'
+        cuda_version: '12.8'
+        nvidia_driver_repo_url: http://mirror/cuda/
+        nvidia_driver_keyring_url: http://mirror/cuda/cuda-keyring_1.1-1_all.deb
+        nccl_tests_repo: http://mirror/git/nccl-tests.git
+        megatron_repo: http://mirror/git/Megatron-LM.git
+        pytorch_source: wheelhouse
+        pytorch_wheelhouse: /shared/wheels
+        """
+    inventory = load(write(tmp_path, GOOD, {"gpu_nodes.yml": offline}))
+    assert inventory.host_var("gpu01", "cuda_version") == "12.8"
+    # CUDA not installed at all: the driver branch does not matter.
+    load(write(tmp_path, GOOD, {"gpu_nodes.yml": "cuda_method: none\nnvidia_driver_branch: '470'\n"}))
