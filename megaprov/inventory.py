@@ -364,11 +364,14 @@ def gpu_stack_checks(inventory: Inventory, roles_dir: Path) -> None:
             continue
         if table and method != "none":
             if cuda not in table:
-                raise InventoryError(f"{path}: cuda_version={cuda} (host {host}) is not a CUDA toolkit release megaprov knows", f"use one of {', '.join(table)}")
+                raise InventoryError(
+                    f"{path}: cuda_version={cuda} (host {host}) is not a CUDA toolkit release megaprov knows", f"use one of {', '.join(table)}"
+                )
             if not branch.isdigit() or int(branch) < int(table[cuda]):
                 raise InventoryError(
-                    f"{path}: nvidia_driver_branch={branch} (host {host}) is too old for cuda_version={cuda}, which needs driver branch >= {table[cuda]}",
-                    f"set nvidia_driver_branch: \"{table[cuda]}\" or newer, or a lower cuda_version",
+                    f"{path}: nvidia_driver_branch={branch} (host {host}) is too old for cuda_version={cuda}, "
+                    f"which needs driver branch >= {table[cuda]}",
+                    f'set nvidia_driver_branch: "{table[cuda]}" or newer, or a lower cuda_version',
                 )
         megatron, core = str(var(host, "megatron_version")), inventory.host_var(host, "megatron_core_version")
         if core is not None and "{{" not in str(core) and megatron.removeprefix("core_v") != str(core):
@@ -377,10 +380,16 @@ def gpu_stack_checks(inventory: Inventory, roles_dir: Path) -> None:
                 "remove megatron_core_version: it follows the tag",
             )
         if var(host, "pytorch_source") == "wheelhouse" and not var(host, "pytorch_wheelhouse"):
-            raise InventoryError(f"{path}: pytorch_source=wheelhouse (host {host}) but pytorch_wheelhouse is unset", "set pytorch_wheelhouse to the directory of wheels on the nodes")
+            raise InventoryError(
+                f"{path}: pytorch_source=wheelhouse (host {host}) but pytorch_wheelhouse is unset",
+                "set pytorch_wheelhouse to the directory of wheels on the nodes",
+            )
         if as_bool(inventory.host_var(host, "megaprov_offline", False)):
-            unset = [name for name, switch, used in OFFLINE_SOURCES
-                     if (as_bool(var(host, switch)) if isinstance(used, bool) else var(host, switch) == used) and inventory.host_var(host, name) is None]
+            unset = [
+                name
+                for name, switch, used in OFFLINE_SOURCES
+                if (as_bool(var(host, switch)) if isinstance(used, bool) else var(host, switch) == used) and inventory.host_var(host, name) is None
+            ]
             if var(host, "pytorch_source") != "wheelhouse" and inventory.host_var(host, "pytorch_index_url") is None:
                 unset.append("pytorch_index_url (or pytorch_source: wheelhouse)")
             if unset:

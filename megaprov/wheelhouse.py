@@ -24,7 +24,13 @@ LAB_REQUIREMENTS = (os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"), "megatron
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
 
 
-def build(requirements: tuple[str, ...] = LAB_REQUIREMENTS, python_version: str = "3.11", cache: Path = CACHE, index_url: str | None = None, cpu_only: bool = True) -> Path:
+def build(
+    requirements: tuple[str, ...] = LAB_REQUIREMENTS,
+    python_version: str = "3.11",
+    cache: Path = CACHE,
+    index_url: str | None = None,
+    cpu_only: bool = True,
+) -> Path:
     """Download ``requirements`` and their dependencies as wheels for CPython ``python_version``; return the directory."""
     index_url = index_url if index_url is not None else os.environ.get("MEGAPROV_TORCH_INDEX")
     key = "\n".join([*requirements, python_version, index_url or ""])
@@ -34,8 +40,21 @@ def build(requirements: tuple[str, ...] = LAB_REQUIREMENTS, python_version: str 
         return final
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".wheelhouse-", dir=cache))
-    args = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(tmp), "--only-binary", ":all:",
-            "--python-version", python_version, "--implementation", "cp"]
+    args = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--dest",
+        str(tmp),
+        "--only-binary",
+        ":all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+    ]
     for platform in PLATFORMS:
         args += ["--platform", platform]
     if index_url:

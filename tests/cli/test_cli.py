@@ -71,7 +71,7 @@ def test_validation_happens_before_any_run_directory(capsys, tmp_path, monkeypat
         (["bootstrap", "--frobnicate", "x.ini"], "unrecognized arguments: --frobnicate"),
         (["bootstrap"], "the following arguments are required: inventory"),
         (["bootstrap", "INV", "--forks", "0"], "argument --forks: 0 must be at least 1"),
-        (["bootstrap", "INV", "--tags", "nccl"], "--tags 'nccl' is not a stage or role"),
+        (["bootstrap", "INV", "--tags", "ncclx"], "--tags 'ncclx' is not a stage or role"),
         (["bootstrap", "INV", "--skip-tags", "bogus"], "--skip-tags 'bogus' is not a stage or role"),
         (["bootstrap", "INV", "--limit", "node9"], "--limit node9: 'node9' is neither a host nor a group"),
         (["bootstrap", "INV", "-e", "novalue"], "-e 'novalue' is not KEY=VALUE"),

@@ -167,13 +167,19 @@ def test_storage_settings_are_checked_before_connecting(tmp_path, extra, message
 @pytest.mark.parametrize(
     ("group_vars", "expected"),
     [
-        ("nvidia_driver_branch: '535'\ncuda_version: '12.4'\n", "nvidia_driver_branch=535 (host gpu01) is too old for cuda_version=12.4, which needs driver branch >= 550"),
+        (
+            "nvidia_driver_branch: '535'\ncuda_version: '12.4'\n",
+            "nvidia_driver_branch=535 (host gpu01) is too old for cuda_version=12.4, which needs driver branch >= 550",
+        ),
         ("cuda_version: '12.7'\n", "cuda_version=12.7 (host gpu01) is not a CUDA toolkit release"),
         ("nvidia_driver_method: runfile\n", "nvidia_driver_method='runfile' must be one of cuda_repo, distro, preinstalled"),
         ("megatron_core_version: '0.15.0'\n", "megatron_core_version=0.15.0 (host gpu01) does not match megatron_version=core_v0.16.1"),
         ("pytorch_source: wheelhouse\n", "pytorch_source=wheelhouse (host gpu01) but pytorch_wheelhouse is unset"),
-        ("megaprov_offline: true\nnvidia_driver_repo_url: http://mirror/cuda/\n",
-         "megaprov_offline is true but nvidia_driver_keyring_url, nccl_tests_repo, megatron_repo, pytorch_index_url (or pytorch_source: wheelhouse)"),
+        (
+            "megaprov_offline: true\nnvidia_driver_repo_url: http://mirror/cuda/\n",
+            "megaprov_offline is true but nvidia_driver_keyring_url, nccl_tests_repo, megatron_repo, "
+            "pytorch_index_url (or pytorch_source: wheelhouse)",
+        ),
     ],
 )
 def test_gpu_stack_settings_fail_before_any_connection(tmp_path, group_vars, expected):
