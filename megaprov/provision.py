@@ -19,6 +19,8 @@ FACTS_ACTION = "megaprov_node_facts"
 MESH_ACTION = "megaprov_ssh_check"
 SHARED_ACTION = "megaprov_shared_check"
 FABRIC_ACTION = "megaprov_rdma_facts"
+GPU_ACTION = "megaprov_gpu_state"
+NCCL_ACTION = "megaprov_nccl_check"
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class Report:
     mesh: list[dict[str, Any]] = field(default_factory=list)
     shared: list[dict[str, Any]] = field(default_factory=list)  # reader, writer, ok, error
     fabric: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> summary, ports, nccl_env
+    gpu: dict[str, str] = field(default_factory=dict)  # host -> what the driver stage found
+    nccl: list[str] = field(default_factory=list)  # one line per all_reduce_perf run
     exit_code: ExitCode = ExitCode.OK
     error: str | None = None
 
@@ -127,9 +131,11 @@ def _report(inventory: inv.Inventory, playbook: str, result: runner.RunResult, c
 
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
-    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION))
+    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION))
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)
+    gpu = {item.host: gpu_summary(item.res) for item in result.results if item.action == GPU_ACTION and "action" in item.res}
+    nccl = [f"{item.host}: {item.res['summary']}" for item in result.results if item.action == NCCL_ACTION and "summary" in item.res]
     mesh = sorted(
         (pair for item in result.results if item.action == MESH_ACTION for pair in item.res.get("pairs", [])), key=lambda p: (p["source"], p["peer"])
     )
@@ -142,7 +148,24 @@ def bootstrap(request: Request) -> Report:
         for item in result.results
         if item.action == FABRIC_ACTION and "summary" in item.res
     }
-    return _report(inventory, "bootstrap.yml", result, code, error, checks=checks, nodes=nodes, mesh=mesh, shared=shared, fabric=fabric)
+    return _report(
+        inventory, "bootstrap.yml", result, code, error, checks=checks, nodes=nodes, mesh=mesh, shared=shared, fabric=fabric, gpu=gpu, nccl=nccl
+    )
+
+
+def gpu_summary(state: dict[str, Any]) -> str:
+    """One line for the driver state the nvidia_driver role read last on a host. Pure."""
+    action = state.get("action")
+    installed = state.get("installed_version") or "none"
+    if action == "no_gpu":
+        return "skipped: no GPU on the PCI bus" + (f" (driver package {installed} installed)" if state.get("installed_version") else "")
+    if action == "none":
+        smi = state.get("smi") or []
+        fm = f", Fabric Manager {state['fabricmanager_version']}" if state.get("fabricmanager_version") else ""
+        return f"driver {state.get('loaded_version')} loaded, {len(smi)} GPU(s) in nvidia-smi{fm}"
+    if action == "reboot":
+        return f"driver {installed} installed but {state.get('loaded_version')} loaded: reboot needed"
+    return f"driver {installed} installed, not loaded yet" if action == "load" else "no driver installed"
 
 
 def _preflight_rows(result: runner.RunResult) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -207,6 +230,10 @@ def render_bootstrap(report: Report) -> None:
             out.print(f"  {line}", markup=False)
     for host, fab in sorted(report.fabric.items()):
         out.print(f"fabric: {host}: {fab['summary']}", markup=False)
+    for host, line in sorted(report.gpu.items()):
+        out.print(f"gpu: {host}: {line}", markup=False)
+    for line in report.nccl:
+        out.print(f"nccl: {line}", markup=False)
     _render_failures(report)
     verdict = "ok" if report.ok else "FAILED"
     out.print(f"bootstrap {verdict}: {report.changed} change(s) in {report.seconds:.1f}s; artifacts: {report.artifacts}", markup=False)

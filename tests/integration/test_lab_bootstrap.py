@@ -41,6 +41,7 @@ def test_check_mode_on_fresh_nodes_changes_nothing(lab3):
     for container in containers(lab3):
         assert podman_exec(container, "id", "megaprov").returncode != 0, "check mode created the cluster user"
         assert podman_exec(container, "test", "-e", "/etc/security/limits.d/90-megaprov.conf").returncode != 0
+        assert podman_exec(container, "test", "-e", "/opt/megaprov/venv").returncode != 0, "check mode created the venv"
 
 
 def test_bootstrap_converges_then_changes_nothing(lab3):
@@ -52,6 +53,14 @@ def test_bootstrap_converges_then_changes_nothing(lab3):
     code, second, err = megaprov("bootstrap", lab3["inventory"], "--output", "json")
     assert code == 0, err
     assert second["result"]["changed"] == 0, [h for h in second["result"]["hosts"] if h["changed"]]
+    # GPU stack on GPU-less nodes: the driver stage says so per node, nothing NVIDIA is installed, and the
+    # training environment is real (torch's CPU build and megatron-core 0.16.1 from the lab wheelhouse).
+    assert first["result"]["gpu"] == {h: "skipped: no GPU on the PCI bus" for h in ("node1", "node2", "node3")}
+    for container in containers(lab3):
+        assert podman_exec(container, "test", "-e", "/etc/apt/sources.list.d/megaprov-cuda.sources").returncode != 0
+        probe = "import torch, megatron.core as m; print(torch.__version__, torch.version.cuda, m.__version__)"
+        out = podman_exec(container, "/opt/megaprov/venv/bin/python", "-c", probe)
+        assert out.stdout.split() == ["2.13.0+cpu", "None", "0.16.1"], out.stderr[-2000:]
     # The mesh is real: node3 reaches node1 as the cluster user by name.
     out = podman_exec(containers(lab3)[2], "su", "-", "megaprov", "-c", "ssh -o BatchMode=yes node1 hostname")
     assert out.returncode == 0 and out.stdout.strip() == "node1", out.stderr

@@ -144,3 +144,13 @@ def test_baseline_ratio():
 
 def test_no_rows_is_a_failure():
     assert nccl.judge(nccl.parse("NCCL WARN Error : 2 nodes\n"), [], 0, [], [], None, 0.8) == ["no result rows in the output: the test did not run"]
+
+
+def test_bootstrap_report_line_per_driver_state():
+    from megaprov.provision import gpu_summary
+
+    assert gpu_summary({"action": "no_gpu", "installed_version": ""}) == "skipped: no GPU on the PCI bus"
+    smi = [{"index": i} for i in range(8)]
+    line = gpu_summary({"action": "none", "loaded_version": "550.127.08", "smi": smi, "fabricmanager_version": "550.127.08"})
+    assert line == "driver 550.127.08 loaded, 8 GPU(s) in nvidia-smi, Fabric Manager 550.127.08"
+    assert gpu_summary({"action": "reboot", "installed_version": "550.127.08", "loaded_version": "535.183.01"}).endswith("reboot needed")
