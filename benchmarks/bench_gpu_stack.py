@@ -71,6 +71,8 @@ def main() -> None:
             print(f"gpu + nccl + python stages on {args.nodes} nodes, {label}: {seconds:.1f} s, changed={result['changed']}")
             if label == "first run":
                 received = {c: rx_bytes(c) - before[c] for c in containers}
+        seconds, result = megaprov("bootstrap", inventory, "--tags", "gpu,nccl,python", "--check")
+        print(f"gpu + nccl + python stages on {args.nodes} nodes, check mode after converge: {seconds:.1f} s, changed={result['changed']}")
         for host, line in sorted(result["gpu"].items()):
             print(f"gpu {host}: {line}")
         for container in containers:
