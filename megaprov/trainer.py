@@ -1,0 +1,468 @@
+"""megaprov's lab trainer: Megatron-style GPT pre-training on CPU nodes (the container lab, CI).
+
+``python -m megaprov.trainer <pretrain_gpt.py arguments>`` under torchrun. It takes the same arguments megaprov
+renders for ``pretrain_gpt.py`` (the subset below; others are reported and ignored) and runs on megatron-core:
+
+- ``GPTModel`` from megatron-core's local layer spec with :class:`CpuCoreAttention` (scaled dot-product attention)
+  plugged in through the spec, because megatron-core's ``DotProductAttention`` needs CUDA's RNG tracker;
+- tensor parallelism through megatron-core's parallel layers (``initialize_model_parallel(tp, 1)``), data
+  parallelism with torch DDP over Megatron's data-parallel group, all on gloo;
+- ``GPTDataset`` on the ``.bin/.idx`` that ``megaprov data prepare`` writes, ``OptimizerParamScheduler`` for the
+  learning rate and weight decay;
+- the iteration line in Megatron-LM's format (``training_log``), printed by the last rank as Megatron does, so
+  one log parser serves both trainers;
+- checkpoints every ``--save-interval`` iterations in ``iter_{:07d}/mp_rank_{:02d}/model_optim_rng.pt`` with
+  ``latest_checkpointed_iteration.txt`` written last and atomically; ``--load`` resumes from the marker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+LOG_TIME = "%Y-%m-%d %H:%M:%S.%f"
+MARKER = "latest_checkpointed_iteration.txt"
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The pretrain_gpt.py arguments this trainer implements; the rest are returned to be reported."""
+    p = argparse.ArgumentParser(prog="python -m megaprov.trainer", allow_abbrev=False)
+    add = p.add_argument
+    for name in (
+        "num-layers",
+        "hidden-size",
+        "num-attention-heads",
+        "seq-length",
+        "max-position-embeddings",
+        "micro-batch-size",
+        "global-batch-size",
+        "train-iters",
+    ):
+        add(f"--{name}", type=int, required=True)
+    add("--ffn-hidden-size", type=int)
+    add("--num-query-groups", type=int)
+    add("--group-query-attention", action="store_true")
+    add("--position-embedding-type", default="learned_absolute", choices=["learned_absolute", "rope", "none"])
+    add("--normalization", default="LayerNorm", choices=["LayerNorm", "RMSNorm"])
+    add("--init-method-std", type=float, default=0.02)
+    add("--hidden-dropout", type=float, default=0.1)
+    add("--attention-dropout", type=float, default=0.1)
+    add("--make-vocab-size-divisible-by", type=int, default=128)
+    add("--tensor-model-parallel-size", type=int, default=1)
+    add("--pipeline-model-parallel-size", type=int, default=1)
+    add("--context-parallel-size", type=int, default=1)
+    add("--lr", type=float, required=True)
+    add("--min-lr", type=float, default=0.0)
+    add("--lr-decay-style", default="cosine", choices=["constant", "linear", "cosine", "inverse-square-root"])
+    add("--lr-decay-iters", type=int)
+    add("--lr-warmup-iters", type=int, default=0)
+    add("--weight-decay", type=float, default=0.01)
+    add("--adam-beta1", type=float, default=0.9)
+    add("--adam-beta2", type=float, default=0.999)
+    add("--adam-eps", type=float, default=1e-8)
+    add("--clip-grad", type=float, default=1.0)
+    add("--seed", type=int, default=1234)
+    add("--data-path", nargs="*", default=[])
+    add("--mock-data", action="store_true")
+    add("--split", default="969,30,1")
+    add("--tokenizer-type", default="NullTokenizer", choices=["NullTokenizer"])
+    add("--vocab-size", type=int)
+    add("--save")
+    add("--load")
+    add("--save-interval", type=int)
+    add("--ckpt-format", default="torch", choices=["torch", "torch_dist"])
+    add("--log-interval", type=int, default=100)
+    add("--eval-interval", type=int, default=1000)
+    add("--eval-iters", type=int, default=100)
+    add("--distributed-backend", default="gloo", choices=["gloo"])
+    add("--fp32", dest="fp32", action="store_true")
+    return p.parse_known_args(argv)
+
+
+def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
+    multiple = divisible_by * tp
+    return ((vocab + multiple - 1) // multiple) * multiple
+
+
+def flops_per_iteration(args: argparse.Namespace, vocab: int) -> float:
+    """Model FLOPs of one iteration (forward + backward = 3 x forward, 2 FLOPs per multiply-add): matmuls of
+    attention and MLP, the attention scores and context, the logits. With a 4h MLP this is Megatron's
+    72 B s L h^2 (1 + s/6h + V/12hL)."""
+    b, s, h, layers = args.global_batch_size, args.seq_length, args.hidden_size, args.num_layers
+    ffn = args.ffn_hidden_size or 4 * h
+    heads = args.num_attention_heads
+    groups = args.num_query_groups if args.group_query_attention and args.num_query_groups else heads
+    qkv = h * h * (1 + 2 * groups / heads)
+    per_token = 2 * layers * (qkv + h * h + 2 * h * ffn) + 4 * layers * s * h + 2 * h * vocab
+    return float(3.0 * b * s * per_token)
+
+
+def log_line(
+    iteration: int,
+    train_iters: int,
+    consumed: int,
+    ms: float,
+    tflops: float,
+    lr: float,
+    batch: int,
+    loss: float,
+    grad_norm: float,
+    skipped: int,
+    nan: int,
+) -> str:
+    """One iteration line exactly as Megatron-LM's training_log prints it (core_v0.16.1, fp32/bf16: loss scale 1.0)."""
+    line = f" [{datetime.now().strftime(LOG_TIME)}]"
+    line += f" iteration {iteration:8d}/{train_iters:8d} |"
+    line += f" consumed samples: {consumed:12d} |"
+    line += f" elapsed time per iteration (ms): {ms:.1f} |"
+    line += f" throughput per GPU (TFLOP/s/GPU): {tflops:.1f} |"
+    line += f" learning rate: {lr:.6E} |"
+    line += f" global batch size: {batch:5d} |"
+    line += f" lm loss: {loss:.6E} |"
+    line += " loss scale: 1.0 |"
+    line += f" grad norm: {grad_norm:.3f} |"
+    line += f" number of skipped iterations: {skipped:3d} |"
+    line += f" number of nan iterations: {nan:3d} |"
+    return line
+
+
+def blend(data_path: list[str]) -> tuple[list[str], list[float] | None]:
+    """Megatron's --data-path (a prefix, or weight prefix pairs) as a dataset blend."""
+    if len(data_path) == 1:
+        return [data_path[0]], None
+    prefixes, weights = data_path[1::2], [float(w) for w in data_path[0::2]]
+    return prefixes, None if len(prefixes) == 1 else weights
+
+
+def checkpoint_file(directory: str, iteration: int, tp_rank: int) -> Path:
+    return Path(directory) / f"iter_{iteration:07d}" / f"mp_rank_{tp_rank:02d}" / "model_optim_rng.pt"
+
+
+def read_marker(directory: str | None) -> int:
+    """Iteration named by latest_checkpointed_iteration.txt, or 0."""
+    if not directory:
+        return 0
+    path = Path(directory) / MARKER
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return 0
+    if not text.isdigit():
+        raise SystemExit(f"megaprov.trainer: {path} holds {text!r}, not an iteration number; remove it to start over")
+    return int(text)
+
+
+def write_marker(directory: str, iteration: int) -> None:
+    """Written last, after every rank saved: a reader never sees a marker for an incomplete checkpoint."""
+    path = Path(directory) / MARKER
+    tmp = path.with_name(f".{MARKER}.{os.getpid()}")
+    tmp.write_text(f"{iteration}\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, ignored = parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F  # noqa: N812
+    from megatron.core import parallel_state
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.module import MegatronModule
+
+    class CpuCoreAttention(MegatronModule):  # type: ignore[misc]
+        """Core attention for CPU: torch's scaled_dot_product_attention on this rank's heads ([s, b, n, d] in,
+        [s, b, n*d] out, like DotProductAttention), causal, with grouped-query heads repeated."""
+
+        def __init__(
+            self,
+            config: Any,
+            layer_number: int,
+            attn_mask_type: Any,
+            attention_type: str,
+            attention_dropout: float | None = None,
+            softmax_scale: float | None = None,
+            cp_comm_type: str | None = None,
+            pg_collection: Any = None,
+        ) -> None:
+            super().__init__(config=config)
+            tp = parallel_state.get_tensor_model_parallel_world_size()
+            self.heads = config.num_attention_heads // tp
+            self.groups = config.num_query_groups // tp
+            self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
+            self.scale = softmax_scale
+            self.causal = attn_mask_type == AttnMaskType.causal
+
+        def forward(
+            self,
+            query: Any,
+            key: Any,
+            value: Any,
+            attention_mask: Any,
+            attn_mask_type: Any = None,
+            attention_bias: Any = None,
+            packed_seq_params: Any = None,
+        ) -> Any:
+            s, b = query.shape[0], query.shape[1]
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+            if self.groups != self.heads:
+                k = k.repeat_interleave(self.heads // self.groups, dim=1)
+                v = v.repeat_interleave(self.heads // self.groups, dim=1)
+            mask = None if self.causal or attention_mask is None else ~attention_mask
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal, scale=self.scale
+            )
+            return out.permute(2, 0, 1, 3).reshape(s, b, -1)
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    last = rank == world - 1
+    tp = args.tensor_model_parallel_size
+    if args.pipeline_model_parallel_size != 1 or args.context_parallel_size != 1:
+        raise SystemExit("megaprov.trainer: pipeline and context parallelism need pretrain_gpt.py on GPUs (set parallel.pipeline/context to 1)")
+    parallel_state.initialize_model_parallel(tp, 1)
+    dp_group = parallel_state.get_data_parallel_group()
+    tp_group = parallel_state.get_tensor_model_parallel_group()
+    dp, dp_rank = parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    micro, gbs = args.micro_batch_size, args.global_batch_size
+    if gbs % (micro * dp):
+        raise SystemExit(f"megaprov.trainer: global batch {gbs} is not a multiple of micro batch {micro} x data parallel {dp}")
+    accumulation = gbs // (micro * dp)
+    if ignored and rank == 0:
+        print(f"megaprov.trainer: not implemented on CPU, ignored: {' '.join(a for a in ignored if a.startswith('--'))}", flush=True)
+
+    torch.manual_seed(args.seed)
+    tokenizer = NullTokenizer(vocab_size=args.vocab_size or 256)
+    vocab = padded_vocab(tokenizer.vocab_size, args.make_vocab_size_divisible_by, tp)
+    config = TransformerConfig(
+        num_layers=args.num_layers,
+        hidden_size=args.hidden_size,
+        num_attention_heads=args.num_attention_heads,
+        num_query_groups=args.num_query_groups if args.group_query_attention else None,
+        ffn_hidden_size=args.ffn_hidden_size,
+        init_method_std=args.init_method_std,
+        hidden_dropout=args.hidden_dropout,
+        attention_dropout=args.attention_dropout,
+        normalization=args.normalization,
+        tensor_model_parallel_size=tp,
+        use_cpu_initialization=True,
+        params_dtype=torch.float32,
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        bias_dropout_fusion=False,
+        gradient_accumulation_fusion=False,
+        apply_rope_fusion=False,
+    )
+    layer_spec = get_gpt_layer_local_spec()
+    layer_spec.submodules.self_attention.submodules.core_attention = CpuCoreAttention
+    model = GPTModel(
+        config=config,
+        transformer_layer_spec=layer_spec,
+        vocab_size=vocab,
+        max_sequence_length=args.max_position_embeddings,
+        position_embedding_type=args.position_embedding_type,
+    )
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=dp_group)
+    decay = [p for n, p in model.named_parameters() if p.ndim > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
+    groups: list[dict[str, Any]] = [{"params": decay}, {"params": no_decay, "wd_mult": 0.0}]
+    optimizer = torch.optim.AdamW(
+        groups,
+        lr=args.lr,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_eps,
+        weight_decay=args.weight_decay,
+    )
+    scheduler = OptimizerParamScheduler(
+        optimizer,
+        init_lr=0.0,
+        max_lr=args.lr,
+        min_lr=args.min_lr,
+        lr_warmup_steps=args.lr_warmup_iters * gbs,
+        lr_decay_steps=(args.lr_decay_iters or args.train_iters) * gbs,
+        lr_decay_style=args.lr_decay_style,
+        start_wd=args.weight_decay,
+        end_wd=args.weight_decay,
+        wd_incr_steps=args.train_iters * gbs,
+        wd_incr_style="constant",
+    )
+
+    # Resume: every rank reads its own tensor-parallel shard of the iteration the marker names.
+    iteration = read_marker(args.load)
+    consumed = 0
+    if iteration:
+        state = torch.load(checkpoint_file(args.load, iteration, tp_rank), map_location="cpu", weights_only=False)
+        saved = state["args"]
+        for field in ("num_layers", "hidden_size", "num_attention_heads", "tensor_model_parallel_size"):
+            if saved[field] != getattr(args, field):
+                raise SystemExit(
+                    f"megaprov.trainer: checkpoint {args.load} iteration {iteration} has {field}={saved[field]}, this job "
+                    f"{getattr(args, field)}; use another checkpoint directory or the same model shape"
+                )
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["opt_param_scheduler"])
+        torch.set_rng_state(state["rng"])
+        consumed = state["consumed_samples"]
+        if rank == 0:
+            print(f"  successfully loaded checkpoint from {args.load} [ t {tp_rank + 1}/{tp}, p 1/1 ] at iteration {iteration}", flush=True)
+
+    samples = args.train_iters * gbs
+    data_config = GPTDatasetConfig(
+        random_seed=args.seed,
+        sequence_length=args.seq_length,
+        split=args.split,
+        tokenizer=tokenizer,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        blend=None if args.mock_data else blend(args.data_path),
+        path_to_cache=os.path.join(args.save, "index-cache") if args.save else None,
+        mid_level_dataset_surplus=0.005,
+    )
+    dataset_class = MockGPTDataset if args.mock_data else GPTDataset
+    # The builder itself builds (and caches the index) on rank 0 first, then on the others after a barrier.
+    train_data, _, _ = BlendedMegatronDatasetBuilder(dataset_class, [samples, 0, 0], lambda: True, data_config).build()
+
+    flops = flops_per_iteration(args, vocab)
+    window: dict[str, float] = {"loss": 0.0, "count": 0, "seconds": 0.0}
+    skipped = nan_iters = 0
+    ddp.train(True)  # type: ignore[no-untyped-call]
+    while iteration < args.train_iters:
+        start = time.monotonic()
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros(1)
+        for m in range(accumulation):
+            first = consumed + m * micro * dp + dp_rank * micro
+            batch = [train_data[first + i] for i in range(micro)]
+            tokens = torch.stack([torch.as_tensor(x["tokens"]) for x in batch]).long()
+            labels = torch.stack([torch.as_tensor(x["labels"]) for x in batch]).long()
+            loss_mask = torch.stack([torch.as_tensor(x["loss_mask"]) for x in batch]).float()
+            positions = torch.stack([torch.as_tensor(x["position_ids"]) for x in batch]).long()
+            context = ddp.no_sync() if m < accumulation - 1 else _nullcontext()
+            with context:
+                losses = ddp(tokens, positions, None, labels=labels)
+                loss = (losses.float() * loss_mask).sum() / loss_mask.sum().clamp(min=1)
+                (loss / accumulation).backward()
+            loss_sum += loss.detach() / accumulation
+        dist.all_reduce(loss_sum, group=dp_group)
+        loss_value = loss_sum.item() / dp
+        # Gradient norm over the whole model: tensor-parallel shards count on every TP rank, replicated parameters once.
+        squares = torch.zeros(1)
+        for param in model.parameters():
+            if param.grad is not None and (getattr(param, "tensor_model_parallel", False) or tp_rank == 0):
+                squares += param.grad.detach().float().pow(2).sum()
+        dist.all_reduce(squares, group=tp_group)
+        grad_norm = math.sqrt(squares.item())
+        if not math.isfinite(grad_norm) or not math.isfinite(loss_value):
+            nan_iters += 1
+            skipped += 1
+        else:
+            if args.clip_grad > 0 and grad_norm > args.clip_grad:
+                for param in model.parameters():
+                    if param.grad is not None:
+                        param.grad.mul_(args.clip_grad / (grad_norm + 1e-6))
+            optimizer.step()
+        scheduler.step(increment=gbs)
+        iteration += 1
+        consumed += gbs
+        seconds = time.monotonic() - start
+        window["loss"] += loss_value
+        window["count"] += 1
+        window["seconds"] += seconds
+        if iteration % args.log_interval == 0 and last:
+            per_iter = window["seconds"] / window["count"]
+            print(
+                log_line(
+                    iteration,
+                    args.train_iters,
+                    consumed,
+                    per_iter * 1000.0,
+                    flops / per_iter / world / 1e12,
+                    optimizer.param_groups[0]["lr"],
+                    gbs,
+                    window["loss"] / window["count"],
+                    grad_norm,
+                    skipped,
+                    nan_iters,
+                ),
+                flush=True,
+            )
+        if iteration % args.log_interval == 0:
+            window = {"loss": 0.0, "count": 0, "seconds": 0.0}
+            skipped = nan_iters = 0
+        if args.save and args.save_interval and (iteration % args.save_interval == 0 or iteration == args.train_iters):
+            save(args, iteration, consumed, model, optimizer, scheduler, tp_rank, dp_rank, rank, tp)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def save(
+    args: argparse.Namespace,
+    iteration: int,
+    consumed: int,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    tp_rank: int,
+    dp_rank: int,
+    rank: int,
+    tp: int,
+) -> None:
+    """One file per tensor-parallel rank (written by data-parallel rank 0), then the marker by rank 0 after a barrier."""
+    import torch
+    import torch.distributed as dist
+
+    if dp_rank == 0:
+        path = checkpoint_file(args.save, iteration, tp_rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        torch.save(
+            {
+                "iteration": iteration,
+                "consumed_samples": consumed,
+                "args": vars(args),
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "opt_param_scheduler": scheduler.state_dict(),
+                "rng": torch.get_rng_state(),
+            },
+            tmp,
+        )
+        os.replace(tmp, path)
+    dist.barrier()
+    if rank == 0:
+        write_marker(args.save, iteration)
+        print(
+            f"  [{datetime.now().strftime(LOG_TIME)}] successfully saved checkpoint from iteration {iteration:7d} to {args.save} "
+            f"[ t {tp_rank + 1}/{tp}, p 1/1 ]",
+            flush=True,
+        )
+    dist.barrier()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
