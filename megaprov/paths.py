@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from megaprov.errors import EnvironmentProblem
@@ -34,3 +37,25 @@ def fact_cache_dir(inventory: Path) -> Path:
 
     digest = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:16]
     return state_dir() / "facts" / digest
+
+
+def cached_dir(final: Path, fill: Callable[[Path], None], stamp: str) -> Path:
+    """``final`` if a previous call completed it; otherwise ``fill`` a fresh temporary sibling, make it readable by
+    everyone (containers mount it read-only), write ``.complete`` and move it into place. A failing ``fill``
+    leaves nothing behind."""
+    if (final / ".complete").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        fill(tmp)
+        for path in [tmp, *tmp.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+        (tmp / ".complete").write_text(stamp + "\n")
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return final

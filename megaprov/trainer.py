@@ -18,6 +18,7 @@ renders for ``pretrain_gpt.py`` (the subset below; others are reported and ignor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -25,6 +26,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from megaprov.planner import padded_vocab
 
 LOG_TIME = "%Y-%m-%d %H:%M:%S.%f"
 MARKER = "latest_checkpointed_iteration.txt"
@@ -83,11 +86,6 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     add("--distributed-backend", default="gloo", choices=["gloo"])
     add("--fp32", dest="fp32", action="store_true")
     return p.parse_known_args(argv)
-
-
-def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
-    multiple = divisible_by * tp
-    return ((vocab + multiple - 1) // multiple) * multiple
 
 
 def flops_per_iteration(args: argparse.Namespace, vocab: int) -> float:
@@ -353,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             labels = torch.stack([torch.as_tensor(x["labels"]) for x in batch]).long()
             loss_mask = torch.stack([torch.as_tensor(x["loss_mask"]) for x in batch]).float()
             positions = torch.stack([torch.as_tensor(x["position_ids"]) for x in batch]).long()
-            context = ddp.no_sync() if m < accumulation - 1 else _nullcontext()
+            context = ddp.no_sync() if m < accumulation - 1 else contextlib.nullcontext()
             with context:
                 losses = ddp(tokens, positions, None, labels=labels)
                 loss = (losses.float() * loss_mask).sum() / loss_mask.sum().clamp(min=1)
@@ -410,14 +408,6 @@ def main(argv: list[str] | None = None) -> int:
     dist.barrier()
     dist.destroy_process_group()
     return 0
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def save(

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from .errors import EnvironmentProblem
+from .paths import cached_dir
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "megaprov" / "wheelhouse"
 # What the lab's CPU nodes run: torch (CPU build) and megatron-core; torch's CPU wheels come from
@@ -36,30 +35,27 @@ def build(
     key = "\n".join([*requirements, python_version, index_url or ""])
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     final = cache / f"py{python_version.replace('.', '')}-{digest}"
-    if (final / ".complete").exists():
-        return final
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".wheelhouse-", dir=cache))
-    args = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--quiet",
-        "--dest",
-        str(tmp),
-        "--only-binary",
-        ":all:",
-        "--python-version",
-        python_version,
-        "--implementation",
-        "cp",
-    ]
-    for platform in PLATFORMS:
-        args += ["--platform", platform]
-    if index_url:
-        args += ["--extra-index-url", index_url]
-    try:
+
+    def download(tmp: Path) -> None:
+        args = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--dest",
+            str(tmp),
+            "--only-binary",
+            ":all:",
+            "--python-version",
+            python_version,
+            "--implementation",
+            "cp",
+        ]
+        for platform in PLATFORMS:
+            args += ["--platform", platform]
+        if index_url:
+            args += ["--extra-index-url", index_url]
         proc = subprocess.run([*args, *requirements], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             last = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING")][-1:] or ["pip failed"]
@@ -73,17 +69,5 @@ def build(
                 f"the wheelhouse would hold CUDA wheels ({cuda[0]}, ...): PyPI serves torch's CUDA build",
                 "set MEGAPROV_TORCH_INDEX=https://download.pytorch.org/whl/cpu (or a folder with the CPU wheel) and run again",
             )
-        (tmp / ".complete").write_text("\n".join(requirements) + "\n")
-        for path in [tmp, *tmp.iterdir()]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return final
 
-
-def size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.glob("*.whl"))
+    return cached_dir(final, download, "\n".join(requirements))

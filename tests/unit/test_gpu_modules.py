@@ -154,3 +154,26 @@ def test_bootstrap_report_line_per_driver_state():
     line = gpu_summary({"action": "none", "loaded_version": "550.127.08", "smi": smi, "fabricmanager_version": "550.127.08"})
     assert line == "driver 550.127.08 loaded, 8 GPU(s) in nvidia-smi, Fabric Manager 550.127.08"
     assert gpu_summary({"action": "reboot", "installed_version": "550.127.08", "loaded_version": "535.183.01"}).endswith("reboot needed")
+
+
+def test_cached_dir_fills_once_and_leaves_nothing_on_failure(tmp_path):
+    from megaprov.paths import cached_dir
+
+    calls = []
+
+    def fill(tmp):
+        calls.append(tmp)
+        (tmp / "a.whl").write_text("x")
+        (tmp / "a.whl").chmod(0o600)
+
+    final = cached_dir(tmp_path / "c" / "v1", fill, "stamp")
+    assert (final / ".complete").read_text() == "stamp\n" and (final / "a.whl").stat().st_mode & 0o444 == 0o444
+    assert cached_dir(tmp_path / "c" / "v1", fill, "stamp") == final and len(calls) == 1
+
+    def broken(tmp):
+        (tmp / "half").write_text("x")
+        raise RuntimeError("download failed")
+
+    with pytest.raises(RuntimeError):
+        cached_dir(tmp_path / "c" / "v2", broken, "stamp")
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["v1"]
