@@ -143,8 +143,16 @@ def _job_parsers(sub: Any) -> None:
         p.add_argument("--gpus-per-node", type=_positive, help="GPUs per node (default: inventory, then launch.gpus_per_node)")
         p.add_argument("--gpu", help="GPU model, e.g. H100-SXM, H200, A100-80GB (default: the inventory's megaprov_gpu_model)")
 
-    job = sub.add_parser("job", help="job spec: schema and validation")
+    job = sub.add_parser("job", help="job spec (schema, check) and running jobs (status, logs, stop)")
     job_sub = job.add_subparsers(dest="job_command", metavar="ACTION", parser_class=_Parser)
+    for action, text in (("status", "state, progress and verdict of a job"), ("logs", "print a node's log"), ("stop", "stop a job on every node")):
+        p = job_sub.add_parser(action, help=text)
+        p.add_argument("name", metavar="JOB")
+        p.add_argument("-i", "--inventory", help="the cluster's inventory (default: the one the job was started with)")
+        if action == "logs":
+            p.add_argument("--node", help="this node's log (default: the last node, where the last rank prints)")
+            p.add_argument("--lines", type=_positive, default=50, help="last N lines")
+        output(p)
     schema = job_sub.add_parser("schema", help="print the JSON Schema of gpt.yml")
     schema.add_argument("--output", choices=("json",), default="json", help=argparse.SUPPRESS)
     check = job_sub.add_parser("check", help="validate a job spec (and its fit on a cluster)")
@@ -160,11 +168,25 @@ def _job_parsers(sub: Any) -> None:
     plan.add_argument("--top", type=_positive, default=10, help="layouts to list with --suggest")
     output(plan)
 
-    train = sub.add_parser("train", help="launch a training job (--dry-run: print what each node would run)")
-    train.add_argument("--job", required=True, metavar="JOB.yml")
+    train = sub.add_parser("train", help="start a training job on the cluster, follow it and judge it")
+    train.add_argument("--job", metavar="JOB.yml", help="the job spec (not with --resume)")
     shape(train)
+    train.add_argument("--name", help="job name (default: the spec's name)")
+    train.add_argument("--resume", metavar="JOB", help="start an existing job again; it continues from its latest checkpoint")
+    train.add_argument("--detach", action="store_true", help="start and return; follow later with `megaprov job status`")
+    train.add_argument("--stall-timeout", type=_positive, default=600, help="seconds without output from any node before giving up (default 600)")
     train.add_argument("--dry-run", action="store_true", help="render and print, start nothing")
+    train.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default=os.environ.get("MEGAPROV_STRATEGY", "linear"),
+        help="Ansible strategy of the launch (mitogen: faster)",
+    )
     output(train)
+
+    jobs = sub.add_parser("jobs", help="list training jobs")
+    jobs.add_argument("-i", "--inventory", help="also list the jobs in this cluster's shared directory")
+    output(jobs)
 
     data = sub.add_parser("data", help="dataset preparation")
     data_sub = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
@@ -179,7 +201,13 @@ def _job_parsers(sub: Any) -> None:
     prep.add_argument("--json-keys", nargs="+", default=["text"], help="JSON fields to tokenise (default: text)")
     prep.add_argument("--workers", type=_positive, default=1, help="tokenising processes")
     prep.add_argument("--no-append-eod", dest="append_eod", action="store_false", help="do not end each document with the EOD token")
+    prep.add_argument("-i", "--inventory", help="a relative --output-prefix goes into this cluster's shared directory")
     output(prep)
+    corpus = data_sub.add_parser("corpus", help="generate a small synthetic JSONL corpus (the lab's quick start)")
+    corpus.add_argument("--output-file", required=True, metavar="FILE.jsonl")
+    corpus.add_argument("--documents", type=_positive, default=2000)
+    corpus.add_argument("--seed", type=int, default=1234)
+    output(corpus)
 
 
 def _spec_and_cluster(args: argparse.Namespace, path: str) -> tuple[Any, Any, list[tuple[str, str]]]:
@@ -209,7 +237,9 @@ def _cmd_job(args: argparse.Namespace) -> Outcome:
             where = f" on {world} GPUs" if world else ""
             console().print(f"{args.spec}: valid job {spec.name}{where}", markup=False)
         return Outcome("job check", {"job": spec.name, "valid": True, "world": world})
-    raise UsageError("megaprov job: missing ACTION", "use `megaprov job check JOB.yml` or `megaprov job schema`")
+    if args.job_command in ("status", "logs", "stop"):
+        return _cmd_job_running(args)
+    raise UsageError("megaprov job: missing ACTION", "use `megaprov job check JOB.yml`, `job schema`, `job status|logs|stop JOB`")
 
 
 def _cmd_plan(args: argparse.Namespace) -> Outcome:
@@ -241,11 +271,33 @@ def _cmd_plan(args: argparse.Namespace) -> Outcome:
 
 
 def _cmd_train(args: argparse.Namespace) -> Outcome:
-    from megaprov import jobview, planner, render
+    import time
 
+    from megaprov import jobs, jobview, launch, planner, render
+    from megaprov.jobspec import NAME_PATTERN
+
+    since = time.time()
+    if args.resume:
+        if args.job or args.name:
+            raise UsageError("--resume JOB takes the spec stored with the job", "drop --job/--name, or start a new job without --resume")
+        found_job = jobs.find(args.resume, args.inventory)
+        args.inventory = args.inventory or str(found_job.inventory)
+        spec_path = str(found_job.local_dir / "spec.yml")
+    elif not args.job:
+        raise UsageError("megaprov train needs --job JOB.yml", "or --resume JOB to continue a job")
+    else:
+        spec_path = args.job
     if not args.inventory:
         raise UsageError("megaprov train needs -i INVENTORY", "pass the cluster's inventory (megaprov lab up writes one)")
-    spec, found, hosts = _spec_and_cluster(args, args.job)
+    if args.name and not NAME_PATTERN.fullmatch(args.name):
+        raise UsageError(
+            f"--name {args.name!r} is not a job name", "use lowercase letters, digits, '.', '_' and '-' (up to 63), starting with a letter or digit"
+        )
+    spec, text = launch.read(spec_path)
+    if args.name:
+        spec = spec.model_copy(update={"name": args.name})
+    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu))
+    launch.check(spec, text, spec_path, found.world, found.gpus_per_node)
     planned = planner.plan(spec, found)
     if planned.fits is False:
         fixes = "; ".join(f.render() for f in planned.fixes) or "run megaprov plan --suggest"
@@ -253,20 +305,127 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
         error = f"{spec.name} does not fit: {need:.1f} GiB per GPU of {have:.1f}; fixes: {fixes}"
         return Outcome("train", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED, error)
     rendered = render.render(spec, found, hosts, dict(os.environ))
-    if not args.dry_run:
-        raise UsageError("megaprov train: launching is not available yet in this version", "use --dry-run to print what each node would run")
+    if args.dry_run:
+        if args.output == "text":
+            jobview.render_dry_run(rendered)
+        return Outcome("train", {"plan": jobview.plan_dict(planned), "launch": rendered})
+    if args.name:  # the stored spec carries the job's name, so that --resume finds the same job
+        text = jobview.renamed(text, args.name)
+    quiet = args.output == "json"
+    out, err = console(), console(stderr=True)
+    job = jobs.start(spec, text, found, planned, jobview.plan_dict(planned), rendered, args.inventory, bool(args.resume), quiet, args.strategy)
+    launched = time.time()
+    if not quiet:
+        err.print(
+            f"train: job {job.name} started on {', '.join(job.hosts)} ({jobs.RESTART_SEC} s restart policy, "
+            f"torchrun --max-restarts {spec.launch.max_restarts}) in {launched - since:.1f} s; job directory {job.job_dir}",
+            markup=False,
+        )
+    if args.detach:
+        if not quiet:
+            out.print(
+                f"job {job.name} runs detached: `megaprov job status {job.name}`, `megaprov job logs {job.name}`, `megaprov job stop {job.name}`",
+                markup=False,
+            )
+        return Outcome("train", {"job": job.name, "job_dir": job.job_dir, "state": "running"})
+
+    def progress(p: jobs.Progress) -> None:
+        if not quiet:
+            err.print(jobview.progress_text(p), markup=False)
+
+    outcome = jobs.follow_job(job, spec.model.seq_length, progress, float(args.stall_timeout))
+    if outcome.state == "detached":
+        if not quiet:
+            err.print(
+                f"train: detached; job {job.name} keeps running: `megaprov job status {job.name}` or `megaprov job stop {job.name}`", markup=False
+            )
+        return Outcome("train", {"job": job.name, "state": "running"}, ExitCode.INTERRUPTED, None)
+    timing = {"megaprov_start_to_units_started_s": round(launched - since, 2), **jobs.first_start_seconds(outcome.log, since)}
+    judged, report, paths = jobs.conclude(job, spec, planned, outcome, found.gpu.name != "cpu", timing)
+    if not quiet:
+        jobview.render_verdict(judged, report, paths)
+    result = {"job": job.name, "verdict": report["verdict"], "report": {k: str(v) for k, v in paths.items()}, "checks": report["checks"]}
+    if judged.passed:
+        return Outcome("train", result)
+    return Outcome("train", result, ExitCode.VERDICT_FAILED, f"job {job.name} failed its verdict: " + "; ".join(judged.reasons()))
+
+
+def _cmd_jobs(args: argparse.Namespace) -> Outcome:
+    from megaprov import jobs
+
+    rows = jobs.listing(args.inventory)
     if args.output == "text":
-        jobview.render_dry_run(rendered)
-    return Outcome("train", {"plan": jobview.plan_dict(planned), "launch": rendered})
+        out = console()
+        if not rows:
+            out.print("no jobs known here (pass -i INVENTORY to look in a cluster's shared directory)", markup=False)
+        for r in rows:
+            out.print(
+                f"{r['name']}: {r['state']}, verdict {r['verdict'] or '-'}, {r['nodes']} node(s), started {r['started']}, {r['job_dir']}",
+                markup=False,
+            )
+    return Outcome("jobs", {"jobs": rows})
+
+
+def _cmd_job_running(args: argparse.Namespace) -> Outcome:
+    from megaprov import jobs, jobview
+
+    job = jobs.find(args.name, args.inventory)
+    quiet = args.output == "json"
+    out = console()
+    if args.job_command == "stop":
+        jobs.stop(job, quiet)
+        if not quiet:
+            out.print(
+                f"job {job.name}: stopped on {', '.join(job.hosts)} (ranks save a checkpoint on SIGTERM;"
+                f" `megaprov train --resume {job.name}` continues)",
+                markup=False,
+            )
+        return Outcome("job stop", {"job": job.name, "state": "stopped"})
+    if args.job_command == "logs":
+        host = args.node or job.hosts[-1]
+        if host not in job.hosts:
+            raise UsageError(f"--node {host} is not a node of job {job.name}", "use one of " + ", ".join(job.hosts))
+        path = job.local_dir / "logs" / f"{host}.log"
+        lines = path.read_text(errors="replace").splitlines()[-args.lines :] if path.is_file() else []
+        if not quiet:
+            print("\n".join(lines))
+        return Outcome("job logs", {"job": job.name, "node": host, "lines": lines}, quiet=not quiet)
+    meta, status = jobview.job_status(job, jobs.unit_states(job, quiet=True))
+    if not quiet:
+        jobview.render_job_status(meta, status)
+    return Outcome("job status", {**meta, **status})
+
+
+def _shared_prefix(inventory: str, prefix: str) -> str:
+    """A relative --output-prefix lands in the cluster's shared directory, where this machine sees it."""
+    from megaprov import inventory as inv
+    from megaprov import jobs
+    from megaprov.paths import project_root
+
+    if prefix.startswith("/"):
+        raise UsageError(f"--output-prefix {prefix} is absolute but -i puts it under the shared directory", "give a relative prefix, e.g. data/lab")
+    root = project_root()
+    found = inv.load(inventory, root / "roles", root / "inventories" / "defaults.yml")
+    shared = str(found.host_var(found.hosts_of("gpu_nodes")[0], "megaprov_shared_dir", "/shared"))
+    path = jobs.controller_root(found, shared) / prefix
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return str(path)
 
 
 def _cmd_data(args: argparse.Namespace) -> Outcome:
-    if args.data_command != "prepare":
-        raise UsageError("megaprov data: missing ACTION", "use `megaprov data prepare`")
     from megaprov import data, jobview
 
     err = console(stderr=True)
     quiet = args.output == "json"
+    if args.data_command == "corpus":
+        size = data.synthetic_corpus(Path(args.output_file), args.documents, args.seed)
+        if not quiet:
+            console().print(f"data: {args.documents:,} documents, {size:,} bytes in {args.output_file}", markup=False)
+        return Outcome("data corpus", {"file": args.output_file, "documents": args.documents, "bytes": size})
+    if args.data_command != "prepare":
+        raise UsageError("megaprov data: missing ACTION", "use `megaprov data prepare` or `megaprov data corpus`")
+    if args.inventory:
+        args.output_prefix = _shared_prefix(args.inventory, args.output_prefix)
 
     def progress(p: Any) -> None:
         if not quiet:
@@ -277,11 +436,24 @@ def _cmd_data(args: argparse.Namespace) -> Outcome:
     if not quiet:
         jobview.render_prepare(result)
     p = result.progress
-    return Outcome("data prepare", {
-        "prefixes": result.prefixes, "files": result.files, "tokenizer": result.tokenizer, "vocab_size": result.vocab_size, "eod": result.eod,
-        "workers": result.workers, "documents": p.docs, "tokens": p.tokens, "bytes": p.bytes_in, "skipped_empty": p.skipped_empty,
-        "seconds": p.seconds, "docs_per_second": p.docs_per_second, "tokens_per_second": p.tokens_per_second,
-    })
+    return Outcome(
+        "data prepare",
+        {
+            "prefixes": result.prefixes,
+            "files": result.files,
+            "tokenizer": result.tokenizer,
+            "vocab_size": result.vocab_size,
+            "eod": result.eod,
+            "workers": result.workers,
+            "documents": p.docs,
+            "tokens": p.tokens,
+            "bytes": p.bytes_in,
+            "skipped_empty": p.skipped_empty,
+            "seconds": p.seconds,
+            "docs_per_second": p.docs_per_second,
+            "tokens_per_second": p.tokens_per_second,
+        },
+    )
 
 
 def _cmd_lab(args: argparse.Namespace) -> Outcome:
@@ -373,6 +545,7 @@ HANDLERS = {
     "job": _cmd_job,
     "plan": _cmd_plan,
     "train": _cmd_train,
+    "jobs": _cmd_jobs,
     "data": _cmd_data,
 }
 

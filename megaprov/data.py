@@ -343,3 +343,31 @@ def prepare(
     if on_progress:
         on_progress(progress)
     return PrepareResult(names, files, tokenizer.type, tok.vocab_size, tok.eod, workers, progress)
+
+
+# ---- a corpus megaprov generates (the lab's quick start and tests; no download)
+
+_SUBJECTS = ("the cluster", "a node", "the scheduler", "every rank", "the operator", "the checkpoint", "a GPU", "the network")
+_VERBS = ("starts", "checks", "saves", "loads", "trains", "waits for", "reports", "restarts")
+_OBJECTS = ("the job", "a batch", "the gradients", "the loss", "its log", "the shared directory", "the model", "the next iteration")
+_ENDINGS = ("before the deadline.", "after the barrier.", "on every node.", "without a retry.", "as planned.", "in order.")
+
+
+def synthetic_corpus(path: Path, documents: int, seed: int = 1234) -> int:
+    """JSONL of short English-like documents from a small grammar (learnable: a tiny GPT's loss falls within tens
+    of iterations). Deterministic for a seed; returns the bytes written."""
+    import random
+
+    rng = random.Random(seed)
+    lines = []
+    for index in range(documents):
+        sentences = []
+        for _ in range(rng.randint(3, 8)):
+            sentences.append(f"{rng.choice(_SUBJECTS).capitalize()} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_ENDINGS)}")
+        lines.append(json.dumps({"id": index, "text": " ".join(sentences)}))
+    text = "\n".join(lines) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return len(text)

@@ -36,6 +36,7 @@ CLUSTER_VARS: dict[str, dict[str, Any]] = {
     "megaprov_lab": {"type": "bool", "description": "hosts are megaprov lab containers"},
     "megaprov_offline": {"type": "bool", "description": "nodes have no internet: every package source must point at a mirror"},
     "megaprov_gpu_model": {"type": "str", "description": "GPU model of gpu_nodes for the planner (e.g. H100-SXM)"},
+    "megaprov_controller_shared_dir": {"type": "str", "description": "where the machine running megaprov sees the shared directory"},
 }
 # Connection variables Ansible itself interprets.
 ANSIBLE_VARS: dict[str, dict[str, Any]] = {

@@ -83,7 +83,7 @@ class Train(_Section):
     micro_batch_size: int = Field(1, ge=1)
     global_batch_size: int = Field(ge=1)
     train_iters: int = Field(ge=1)
-    lr: float = Field(gt=0)
+    lr: float = Field(ge=0, description="peak learning rate (0 freezes the weights: the verdict must then fail)")
     min_lr: float = Field(0.0, ge=0)
     lr_decay_style: Literal["constant", "linear", "cosine", "inverse-square-root", "WSD"] = "cosine"
     lr_decay_iters: int | None = Field(None, ge=1, description="unset = train_iters")
@@ -145,6 +145,7 @@ class Launch(_Section):
     megatron_dir: str = Field("/opt/megatron-lm", description="checkout of Megatron-LM holding pretrain_gpt.py")
     python: str = Field("/opt/megaprov/venv/bin/python", description="interpreter of the training environment")
     master_port: int = Field(29500, ge=1024, le=65535)
+    max_restarts: int = Field(3, ge=0, le=100, description="torchrun restarts of all ranks after a failure (each resumes from the latest checkpoint)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment, e.g. NCCL_DEBUG: INFO")
     extra_args: list[str] = Field(default_factory=list, description="pass-through pretrain_gpt.py arguments")
     slurm: Slurm = Field(default_factory=lambda: Slurm())
@@ -158,11 +159,14 @@ class Verify(_Section):
     gpu_utilization: float = Field(0.8, ge=0, le=1, description="minimum mean GPU utilisation")
 
 
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
 class JobSpec(_Section):
     """A whole ``gpt.yml``."""
 
     version: Literal[1] = 1
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$", description="job name: directory and unit names")
+    name: str = Field(pattern=NAME_PATTERN.pattern, description="job name: directory and unit names")
     model: Model
     parallel: Parallel = Field(default_factory=lambda: Parallel())
     train: Train

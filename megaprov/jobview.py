@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -10,8 +12,13 @@ from megaprov.output import console
 from megaprov.planner import GIB, Candidate, Plan
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from megaprov.data import PrepareResult, Progress
+    from megaprov.jobs import Job
+    from megaprov.jobs import Progress as TrainProgress
     from megaprov.render import Rendered
+    from megaprov.verdict import Verdict
 
 
 def _si(value: float, unit: str = "") -> str:
@@ -171,3 +178,84 @@ def render_prepare(result: PrepareResult) -> None:
         out.print(f"data: skipped {p.skipped_empty:,} empty document(s)", markup=False)
     for key, prefix in result.prefixes.items():
         out.print(f"data: {key}: prefix {prefix} (list it under data.prefixes)", markup=False)
+
+
+def renamed(text: str, name: str) -> str:
+    """The spec text with its top-level ``name:`` replaced (kept as the job's spec.yml)."""
+    return re.sub(r"^name:.*$", f"name: {name}", text, count=1, flags=re.MULTILINE)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def progress_text(p: TrainProgress) -> str:
+    parts = [f"{p.job}: iteration {p.iteration}/{p.total}"]
+    if p.loss is not None:
+        parts.append(f"loss {p.loss:.4f}")
+    if p.tokens_per_second is not None:
+        parts.append(f"{p.tokens_per_second:,.0f} tokens/s")
+    if p.tflops_per_gpu is not None:
+        parts.append(f"{p.tflops_per_gpu:.1f} TFLOP/s/GPU")
+    if p.eta_seconds is not None:
+        parts.append(f"ETA {_duration(p.eta_seconds)}")
+    parts.append(f"checkpoint {p.checkpoint or '-'}")
+    if p.restarts:
+        parts.append(f"restarts {p.restarts}")
+    return " | ".join(parts)
+
+
+def render_verdict(judged: Verdict, report: dict[str, Any], paths: dict[str, Path]) -> None:
+    out = console()
+    name = report["job"]["name"]
+    out.print(f"verdict for job {name}: {'PASSED' if judged.passed else 'FAILED'}", markup=False)
+    for check in judged.checks:
+        out.print(f"  {check.status:7s} {check.name}: {check.detail}", markup=False)
+    for r in report["restarts"]:
+        out.print(
+            f"  restart: failed after iteration {r['last_iteration']}, resumed from {r['resumed_from']} ({r['lost_iterations']} iteration(s) lost, "
+            f"{r['seconds_to_resumed_iteration']} s to the resumed iteration)",
+            markup=False,
+        )
+    out.print(f"report: {paths['markdown']} (also {paths['json'].name}, {paths['plot'].name})", markup=False)
+
+
+def job_status(job: Job, units: dict[str, dict[str, str]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    from megaprov import jobs
+
+    meta = json.loads((job.local_dir / "job.json").read_text())
+    spec_seq = 0
+    for line in (job.local_dir / "spec.yml").read_text().splitlines():
+        if line.strip().startswith("seq_length:"):
+            spec_seq = int(line.split(":", 1)[1].split("#")[0])
+    log = jobs.read_log(job, spec_seq or 1)
+    last = log.iterations.get(log.furthest)
+    report = job.local_dir / "report.json"
+    status = {
+        "iteration": log.furthest,
+        "total": log.total,
+        "loss": last.loss if last else None,
+        "checkpoint": max(log.saves, default=0),
+        "restarts": len(log.restarts),
+        "nodes": {h: {"log": log.node_state(h), **units.get(h, {})} for h in job.hosts},
+        "verdict": json.loads(report.read_text())["verdict"] if report.is_file() else None,
+        "errors": log.errors,
+    }
+    return meta, status
+
+
+def render_job_status(meta: dict[str, Any], status: dict[str, Any]) -> None:
+    out = console()
+    loss = f", loss {status['loss']:.4f}" if status["loss"] is not None else ""
+    out.print(
+        f"job {meta['name']}: {meta.get('state', '?')}, iteration {status['iteration']}/{status['total']}{loss}, "
+        f"checkpoint {status['checkpoint'] or '-'}, restarts {status['restarts']}, verdict {status['verdict'] or '-'}",
+        markup=False,
+    )
+    for host, node in status["nodes"].items():
+        unit = f"unit {node.get('ActiveState', '?')}/{node.get('SubState', '?')}, {node.get('NRestarts', '?')} unit restart(s)"
+        out.print(f"  {host}: torchrun {node['log']}, {unit}", markup=False)
+    for line in status["errors"][-3:]:
+        out.print(f"  error in the logs: {line}", markup=False)
+    out.print(f"  job directory: {meta['job_dir']}", markup=False)

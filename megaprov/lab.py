@@ -233,7 +233,7 @@ def volume_name(lab: str) -> str:
     return f"megaprov-lab-{lab}-shared"
 
 
-def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path) -> tuple[str, str]:
+def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path, shared: str) -> tuple[str, str]:
     """The lab's inventory.ini and group_vars/all.yml. Pure."""
     lines = [f"# megaprov lab '{lab}': written by `megaprov lab up`, removed by `megaprov lab down`.", "[head]", members[0].name, "", "[gpu_nodes]"]
     lines += [f"{n.name} ansible_host={n.address}" for n in members]
@@ -260,6 +260,8 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         f"pytorch_wheelhouse: {LAB_WHEELHOUSE}\n"
         "# The lab trainer runs on megatron-core alone; pretrain_gpt.py needs CUDA.\n"
         "megatron_checkout: false\n"
+        "# This machine sees the nodes' shared directory as the podman volume.\n"
+        f"megaprov_controller_shared_dir: {shared}\n"
     )
     return inventory, group_vars
 
@@ -313,10 +315,13 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
             if ca:
                 args += ["-v", f"{ca}:/etc/host-ca.crt:ro"]
             args += ["-v", f"{wheels}:{LAB_WHEELHOUSE}:ro"]
+            # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (the volume, not the
+            # overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle. The kernel here has no NFS
+            # client, so the other nodes get the same volume at the same path, standing in for the kernel mount a
+            # real node has (training reads data and writes checkpoints and logs there).
+            args += ["-v", f"{volume_name(lab)}:{LAB_SHARED_DIR}"]
             if index == 1:
-                # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (a volume, not the
-                # overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle.
-                args += ["--cap-add", "DAC_READ_SEARCH", "-v", f"{volume_name(lab)}:{LAB_SHARED_DIR}"]
+                args += ["--cap-add", "DAC_READ_SEARCH"]
             podman(*args, tag)
             podman("cp", str(key.with_suffix(".pub")), f"{cname}:/root/.ssh/authorized_keys")
             podman("start", cname)
@@ -338,7 +343,8 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     for index, node in enumerate(members, start=1):
         progress(f"wait for SSH on {node.name} ({index}/{count})")
         _wait_ssh(node.address, key, known_hosts, deadline)
-    inventory, group_vars = render_inventory(lab, members, key, known_hosts)
+    shared = podman("volume", "inspect", "--format", "{{.Mountpoint}}", volume_name(lab)).strip()
+    inventory, group_vars = render_inventory(lab, members, key, known_hosts, shared)
     (directory / "group_vars").mkdir(exist_ok=True)
     (directory / "group_vars" / "all.yml").write_text(group_vars)
     path = directory / "inventory.ini"

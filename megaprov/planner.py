@@ -28,6 +28,7 @@ from itertools import product
 from typing import Any
 
 from megaprov.jobspec import JobSpec, Problem
+from megaprov.trainer import padded_vocab  # one rule, kept in the standalone trainer
 
 GIB = 1024**3
 # Per-GPU memory megaprov keeps free for the CUDA context, NCCL buffers and allocator fragmentation.
@@ -214,12 +215,6 @@ def tokenizer_vocab(spec: JobSpec) -> int | None:
     if tok.type == "gpt2-bpe":
         return 50257
     return None
-
-
-def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
-    """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP."""
-    multiple = divisible_by * tp
-    return ((vocab + multiple - 1) // multiple) * multiple
 
 
 def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | None = None) -> list[Problem]:

@@ -25,7 +25,23 @@ from megaprov.planner import Cluster
 BASE_ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "OMP_NUM_THREADS": "4", "PYTHONUNBUFFERED": "1"}
 # Written on every node by the fabric stage: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, GLOO_SOCKET_IFNAME, ...
 NCCL_ENV_FILE = "/etc/megaprov/nccl.env"
-LAB_TRAINER_MODULE = "megaprov.trainer"
+# The lab trainer is copied into the job directory (nodes need torch and megatron-core, not megaprov).
+LAB_TRAINER_FILE = "bin/megaprov_trainer.py"
+# Unit names on the nodes: one service per job and node.
+UNIT_PREFIX = "megaprov-job-"
+
+
+def unit_name(job: str) -> str:
+    return f"{UNIT_PREFIX}{job}.service"
+
+
+def node_log(job_directory: str, host: str) -> str:
+    """Where a node's unit appends everything its torchrun and ranks print."""
+    return posixpath.join(job_directory, "logs", f"{host}.log")
+
+
+def gpu_samples(job_directory: str, host: str) -> str:
+    return posixpath.join(job_directory, "logs", f"gpu-{host}.csv")
 
 
 @cache
@@ -227,15 +243,16 @@ def _env(spec: JobSpec, passed: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _entry(spec: JobSpec) -> list[str]:
+def _entry(spec: JobSpec, shared_dir: str) -> list[str]:
     if spec.launch.trainer == "lab":
-        return ["--module", LAB_TRAINER_MODULE]
+        return [posixpath.join(job_dir(spec, shared_dir), LAB_TRAINER_FILE)]
     return [posixpath.join(spec.launch.megatron_dir, "pretrain_gpt.py")]
 
 
 def torchrun_argv(spec: JobSpec, nodes: int, gpus_per_node: int, node_rank: int, master: str, shared_dir: str) -> list[str]:
-    """The command one node runs: torchrun with a static rendezvous on node rank 0."""
-    logs = posixpath.join(job_dir(spec, shared_dir), "torchrun")
+    """The command one node runs: torchrun with a c10d rendezvous hosted by node rank 0. When a rank fails,
+    torchrun restarts every rank on every node (up to ``launch.max_restarts``) and they resume from the latest
+    checkpoint; the systemd unit restarts torchrun itself if it dies."""
     return [
         spec.launch.python,
         "-m",
@@ -246,28 +263,46 @@ def torchrun_argv(spec: JobSpec, nodes: int, gpus_per_node: int, node_rank: int,
         str(gpus_per_node),
         "--node-rank",
         str(node_rank),
-        "--master-addr",
-        master,
-        "--master-port",
-        str(spec.launch.master_port),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{master}:{spec.launch.master_port}",
+        "--rdzv-id",
+        spec.name,
         "--max-restarts",
-        "0",  # restarts belong to the supervisor, which resumes from the last checkpoint
-        "--log-dir",
-        logs,
-        *_entry(spec),
+        str(spec.launch.max_restarts),
+        *_entry(spec, shared_dir),
         *megatron_args(spec, shared_dir),
     ]
 
 
+# Lines the node script prints around torchrun; the follower reads them from the node logs.
+START_LINE = "megaprov: node {host} (node rank {rank}): torchrun starting at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
+EXIT_LINE = "megaprov: node {host} (node rank {rank}): torchrun exited with $rc at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
+GPU_QUERY = "timestamp,index,utilization.gpu,memory.used,memory.total"
+
+
 def _script(spec: JobSpec, host: str, rank: int, nodes: int, env: dict[str, str], argv: list[str], shared_dir: str) -> str:
+    jdir = job_dir(spec, shared_dir)
+    samples = shlex.quote(gpu_samples(jdir, host))
     lines = [
         "#!/bin/bash",
         f"# megaprov job {spec.name}: node {host}, rank {rank} of {nodes} (Megatron-LM {PINNED_MEGATRON})",
-        "set -euo pipefail",
+        f"# Run by the unit {unit_name(spec.name)}; its output is appended to {node_log(jdir, host)}.",
+        "set -uo pipefail",
         f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
         *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
-        f"cd {shlex.quote(job_dir(spec, shared_dir))}",
-        "exec " + " \\\n    ".join(_pairs(argv)),
+        f"cd {shlex.quote(jdir)}",
+        "if command -v nvidia-smi >/dev/null 2>&1; then  # GPU utilisation and memory for the verdict, every 5 s",
+        f"    nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits -l 5 >>{samples} 2>/dev/null &",
+        "    sampler=$!",
+        "    trap 'kill $sampler 2>/dev/null' EXIT",
+        "fi",
+        f'echo "{START_LINE.format(host=host, rank=rank)}"',
+        " \\\n    ".join(_pairs(argv)),
+        "rc=$?",
+        f'echo "{EXIT_LINE.format(host=host, rank=rank)}"',
+        "exit $rc",
     ]
     return "\n".join(lines) + "\n"
 
@@ -311,7 +346,13 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
     env = _env(spec, passed)
     argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "@@MASTER@@", shared)
     argv[argv.index("--node-rank") + 1] = "@@RANK@@"
-    inner = " ".join(shlex.quote(x) for x in argv).replace("@@RANK@@", '"$SLURM_NODEID"').replace("@@MASTER@@", '"$MASTER_ADDR"')
+    argv[argv.index("--rdzv-id") + 1] = "@@JOBID@@"
+    inner = (
+        " ".join(shlex.quote(x) for x in argv)
+        .replace("@@RANK@@", '"$SLURM_NODEID"')
+        .replace("@@MASTER@@", '"$MASTER_ADDR"')
+        .replace("@@JOBID@@", '"$SLURM_JOB_ID"')
+    )
     body = [
         "set -euo pipefail",
         f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",

@@ -1,6 +1,8 @@
 """megaprov's lab trainer: Megatron-style GPT pre-training on CPU nodes (the container lab, CI).
 
-``python -m megaprov.trainer <pretrain_gpt.py arguments>`` under torchrun. It takes the same arguments megaprov
+``python megaprov/trainer.py <pretrain_gpt.py arguments>`` under torchrun. ``megaprov train`` copies this file into
+the job directory and runs it from there, so the nodes need torch and megatron-core but not megaprov: it imports
+nothing of megaprov. It takes the same arguments megaprov
 renders for ``pretrain_gpt.py`` (the subset below; others are reported and ignored) and runs on megatron-core:
 
 - ``GPTModel`` from megatron-core's local layer spec with :class:`CpuCoreAttention` (scaled dot-product attention)
@@ -21,21 +23,26 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from megaprov.planner import padded_vocab
-
 LOG_TIME = "%Y-%m-%d %H:%M:%S.%f"
 MARKER = "latest_checkpointed_iteration.txt"
 
 
+def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP (as megaprov's planner)."""
+    multiple = divisible_by * tp
+    return -(-vocab // multiple) * multiple
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The pretrain_gpt.py arguments this trainer implements; the rest are returned to be reported."""
-    p = argparse.ArgumentParser(prog="python -m megaprov.trainer", allow_abbrev=False)
+    p = argparse.ArgumentParser(prog="megaprov trainer", allow_abbrev=False)
     add = p.add_argument
     for name in (
         "num-layers",
@@ -85,6 +92,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     add("--eval-iters", type=int, default=100)
     add("--distributed-backend", default="gloo", choices=["gloo"])
     add("--fp32", dest="fp32", action="store_true")
+    add("--exit-signal-handler", action="store_true")
     return p.parse_known_args(argv)
 
 
@@ -339,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     flops = flops_per_iteration(args, vocab)
     window: dict[str, float] = {"loss": 0.0, "count": 0, "seconds": 0.0}
     skipped = nan_iters = 0
+    # --exit-signal-handler (as Megatron): SIGTERM (systemctl stop, Slurm preemption) ends the run after the current
+    # iteration with a checkpoint; every rank agrees through an all-reduce so they save the same iteration.
+    stop = torch.zeros(1)
+    if args.exit_signal_handler:
+        signal.signal(signal.SIGTERM, lambda *_: stop.fill_(1.0))
     ddp.train(True)  # type: ignore[no-untyped-call]
     while iteration < args.train_iters:
         start = time.monotonic()
@@ -403,8 +416,17 @@ def main(argv: list[str] | None = None) -> int:
         if iteration % args.log_interval == 0:
             window = {"loss": 0.0, "count": 0, "seconds": 0.0}
             skipped = nan_iters = 0
-        if args.save and args.save_interval and (iteration % args.save_interval == 0 or iteration == args.train_iters):
+        stopping = False
+        if args.exit_signal_handler:
+            flag = stop.clone()
+            dist.all_reduce(flag)
+            stopping = flag.item() > 0
+        if args.save and (stopping or (args.save_interval and (iteration % args.save_interval == 0 or iteration == args.train_iters))):
             save(args, iteration, consumed, model, optimizer, scheduler, tp_rank, dp_rank, rank, tp)
+        if stopping:
+            if rank == 0:
+                print(f"[{datetime.now():%Y-%m-%d %H:%M:%S}] exiting program after receiving SIGTERM.", flush=True)
+            break
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The main job on the local container lab: set up, start 3 lab nodes, bootstrap them.
-# Later stages (storage, GPU stack, training) join this command as they land.
+# The main job on the local container lab: set up, start the lab nodes, bootstrap them, prepare a small corpus
+# into the shared directory and train a tiny GPT across 2 nodes (data parallel) until the verdict.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MEGAPROV_EXTRAS=${MEGAPROV_EXTRAS:-mitogen} ./scripts/setup.sh
 NODES=${NODES:-3}
+INVENTORY=inventories/lab/default/inventory.ini
 .venv/bin/megaprov lab up --nodes "$NODES"
-.venv/bin/megaprov bootstrap inventories/lab/default/inventory.ini
-echo "run-lab: the lab is up and bootstrapped; remove it with: .venv/bin/megaprov lab down"
+.venv/bin/megaprov bootstrap "$INVENTORY"
+.venv/bin/megaprov data corpus --output-file .megaprov/corpus.jsonl --documents 2000
+.venv/bin/megaprov data prepare --input .megaprov/corpus.jsonl --output-prefix data/lab --tokenizer byte -i "$INVENTORY"
+# A new name per run: a finished job keeps its directory, and `megaprov train --resume NAME` would continue it.
+.venv/bin/megaprov train --job examples/jobs/lab-tiny.yml -i "$INVENTORY" --name "lab-tiny-$(date +%Y%m%d-%H%M%S)"
+echo "run-lab: trained on the lab; list jobs with .venv/bin/megaprov jobs, remove the lab with .venv/bin/megaprov lab down"

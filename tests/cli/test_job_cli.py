@@ -150,7 +150,7 @@ def test_train_dry_run_prints_each_node(capsys, tmp_path):
     assert code == ExitCode.OK, err
     assert "# ---- node1 (node rank 0)" in out and "# ---- node2 (node rank 1)" in out
     assert "node3" not in out  # the job asks for 2 nodes
-    assert "--master-addr 10.1.0.11" in out
+    assert "--rdzv-endpoint 10.1.0.11:29500" in out
     assert "--data-path 1.0 /srv/shared/data/lab_text_document" in out
 
 

@@ -28,6 +28,8 @@ def podman_exec(container, *cmd):
 
 
 def pytest_collection_modifyitems(config, items):
+    # Tests marked last (removing the session's lab) run after every other file's tests.
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
     if shutil.which("podman") is None:
         skip = pytest.mark.skip(reason="skipped: podman is not installed (run scripts/setup.sh)")
         for item in items:

@@ -141,6 +141,7 @@ def test_an_unreachable_host_stops_before_any_change(lab3, tmp_path):
     assert podman_exec(node1["container"], "id", "other").returncode != 0, "a stage ran on node1 after ghost was unreachable"
 
 
+@pytest.mark.last
 def test_lab_down_removes_exactly_what_up_made(lab3):
     code, doc, _ = megaprov("lab", "down", "--name", LAB, "--output", "json")
     assert code == 0

@@ -125,16 +125,17 @@ def test_torchrun_arguments_parse_with_torchs_own_parser():
         assert argv[:3] == ["/opt/megaprov/venv/bin/python", "-m", "torch.distributed.run"]
         ns = parser.parse_args(argv[3:])
         assert (ns.nnodes, ns.nproc_per_node, ns.node_rank) == ("2", "8", node.node_rank)
-        assert (ns.master_addr, ns.master_port) == ("10.0.0.1", 29500)
+        assert (ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id) == ("c10d", "10.0.0.1:29500", "llama-8b")
+        assert ns.max_restarts == 3
         assert ns.training_script == "/opt/megatron-lm/pretrain_gpt.py"
         assert_megatron_accepts(ns.training_script_args)
 
 
-def test_lab_trainer_is_a_module_launch():
+def test_lab_trainer_runs_from_the_job_directory():
     s = spec("lab-tiny")
     out = render.render(s, cluster_for(s), hosts(2))
     argv = list(out.nodes[1].argv)
-    assert argv[argv.index("--module") + 1] == "megaprov.trainer"
+    assert f"{out.job_dir}/bin/megaprov_trainer.py" in argv
     assert argv[argv.index("--node-rank") + 1] == "1"
     assert out.sbatch is None
 
@@ -148,6 +149,7 @@ def test_environment_and_scripts_are_valid_bash(tmp_path):
     assert env["PYTHONPATH"] == "/opt/megatron-lm"
     script = out.nodes[1].script
     assert ". /etc/megaprov/nccl.env" in script and "--node-rank 1" in script
+    assert "torchrun exited with $rc" in script and "nvidia-smi --query-gpu=" in script
     path = tmp_path / "node.sh"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
@@ -169,7 +171,7 @@ def test_sbatch_script():
     assert text is not None
     for line in ("#SBATCH --nodes=128", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch", "#SBATCH --time=4:00:00", "#SBATCH --requeue"):
         assert line in text.splitlines(), line
-    assert '--node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR" --master-port 29500' in text
+    assert '--node-rank "$SLURM_NODEID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR":29500 --rdzv-id "$SLURM_JOB_ID"' in text
     result = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
     assert result.returncode == 0, result.stderr
 
@@ -202,4 +204,3 @@ def test_relative_paths_land_on_the_shared_dir():
     args = render.megatron_args(s, "/mnt/shared")
     assert args[args.index("--data-path") + 2] == "/mnt/shared/data/lab_text_document"
     assert args[args.index("--save") + 1] == "/mnt/shared/checkpoints/lab-tiny"
-

@@ -1,0 +1,265 @@
+"""Following a training job: parse what the nodes print, keep the job's state, write metrics.
+
+The iteration line is Megatron-LM's ``training_log`` (``print_rank_last``: the last rank, on the last node), a
+run of `` key: value |`` fields after ``iteration N/ M |``; fields come and go between versions (the timestamp
+since core_v0.8, TFLOP/s/GPU with --log-throughput, energy and power with --log-energy), so the parser reads the
+fields by name and needs only the iteration. Checkpoint lines (rank 0, the first node) and the lines megaprov's
+node script prints around torchrun complete the picture. Pure parsing here; :class:`JobLog` folds lines into
+state and :func:`write_metrics` writes ``metrics.jsonl`` and a Prometheus textfile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+_ITERATION = re.compile(r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s+)?iteration\s+(?P<it>\d+)/\s*(?P<total>\d+)\s*\|(?P<rest>.*)$")
+_SAVED = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(?P<it>\d+) to (?P<dir>\S+)")
+_LOADED = re.compile(r"successfully loaded checkpoint from (?P<dir>\S+) .*?at iteration (?P<it>\d+)")
+_NODE = re.compile(r"^megaprov: node (?P<host>\S+) \(node rank (?P<rank>\d+)\): torchrun (?:starting|exited with (?P<rc>-?\d+)) at (?P<at>\S+)")
+_SIGTERM = "exiting program after receiving SIGTERM"
+# Lines worth quoting when a job fails: the trainers' own one-line errors and Python's exception lines.
+_ERROR = re.compile(r"(megaprov\.trainer: .*|^\S*(Error|Exception)(: .*)?$|AssertionError.*|RuntimeError: .*|ChildFailedError.*)")
+
+FIELDS = {
+    "consumed samples": "consumed_samples",
+    "elapsed time per iteration (ms)": "ms_per_iteration",
+    "throughput per GPU (TFLOP/s/GPU)": "tflops_per_gpu",
+    "learning rate": "lr",
+    "global batch size": "global_batch",
+    "lm loss": "loss",
+    "loss scale": "loss_scale",
+    "grad norm": "grad_norm",
+    "number of skipped iterations": "skipped",
+    "number of nan iterations": "nan",
+}
+
+
+@dataclass
+class Iteration:
+    iteration: int
+    total: int
+    logged_at: str | None = None  # Megatron's own timestamp (node clock), when the version prints one
+    seen: float = 0.0  # when the follower read it (controller clock, epoch seconds)
+    consumed_samples: int | None = None
+    ms_per_iteration: float | None = None
+    tflops_per_gpu: float | None = None
+    lr: float | None = None
+    global_batch: int | None = None
+    loss: float | None = None
+    loss_scale: float | None = None
+    grad_norm: float | None = None
+    skipped: int = 0
+    nan: int = 0
+    tokens_per_second: float | None = None
+    attempt: int = 0
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_iteration(line: str) -> Iteration | None:
+    """One Megatron iteration line, or None. Unknown fields are ignored; a missing loss stays None."""
+    match = _ITERATION.search(line)
+    if not match:
+        return None
+    it = Iteration(int(match["it"]), int(match["total"]), match["ts"])
+    for part in match["rest"].split("|"):
+        key, sep, value = part.partition(":")
+        name = FIELDS.get(key.strip())
+        if not sep or name is None:
+            continue
+        number = _number(value.strip())
+        if number is None:
+            continue
+        if name in ("consumed_samples", "global_batch", "skipped", "nan"):
+            setattr(it, name, int(number))
+        else:
+            setattr(it, name, number)
+    return it
+
+
+@dataclass
+class Restart:
+    seen: float
+    last_iteration: int  # the furthest iteration logged before the failure
+    resumed_from: int  # the iteration training continued after (the checkpoint's)
+    first_iteration_seen: float | None = None  # when the first iteration after the restart was read
+
+    @property
+    def lost_iterations(self) -> int:
+        return max(0, self.last_iteration - self.resumed_from)
+
+
+@dataclass
+class JobLog:
+    """Everything the follower knows about a job, folded from the node logs line by line."""
+
+    seq_length: int
+    iterations: dict[int, Iteration] = field(default_factory=dict)
+    saves: list[int] = field(default_factory=list)
+    loads: list[int] = field(default_factory=list)
+    starts: dict[str, list[str]] = field(default_factory=dict)
+    exits: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    restarts: list[Restart] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    sigterm: bool = False
+    furthest: int = 0  # the highest iteration logged
+    current: int = 0  # the latest iteration logged (goes back after a restart)
+    total: int = 0
+
+    def feed(self, host: str, line: str, now: float) -> Iteration | None:
+        """Fold one line; return the iteration it carried, if any."""
+        it = parse_iteration(line)
+        if it is not None:
+            it.seen = now
+            if it.ms_per_iteration and it.global_batch:
+                it.tokens_per_second = it.global_batch * self.seq_length / (it.ms_per_iteration / 1000.0)
+            if it.iteration <= self.current:  # the run went back: a restart resumed from an earlier checkpoint
+                if not self.restarts or self.restarts[-1].first_iteration_seen is not None:
+                    self.restarts.append(Restart(now, self.current, it.iteration - 1))
+            if self.restarts and self.restarts[-1].first_iteration_seen is None:
+                self.restarts[-1].first_iteration_seen = now
+                self.restarts[-1].resumed_from = it.iteration - 1
+            it.attempt = len(self.restarts)
+            self.iterations[it.iteration] = it
+            self.furthest = max(self.furthest, it.iteration)
+            self.current = it.iteration
+            self.total = it.total
+            return it
+        if (m := _SAVED.search(line)) is not None:
+            self.saves.append(int(m["it"]))
+        elif (m := _LOADED.search(line)) is not None:
+            loaded = int(m["it"])
+            self.loads.append(loaded)
+            # A restart that resumes exactly where it stopped (killed right after a save) never goes back: only the
+            # load line shows it. Loads of earlier iterations are found by the iterations going back instead.
+            open_restart = bool(self.restarts) and self.restarts[-1].first_iteration_seen is None
+            if loaded == self.current > 0 and not open_restart:
+                self.restarts.append(Restart(now, self.current, loaded))
+        elif (m := _NODE.match(line.strip())) is not None:
+            if m["rc"] is None:
+                self.starts.setdefault(m["host"], []).append(m["at"])
+            else:
+                self.exits.setdefault(m["host"], []).append((int(m["rc"]), m["at"]))
+        elif _SIGTERM in line:
+            self.sigterm = True
+        elif (m := _ERROR.search(line.strip())) is not None:
+            text = m.group(0).strip()
+            if text not in self.errors:
+                self.errors.append(text)
+                del self.errors[:-10]
+        return None
+
+    def node_state(self, host: str) -> str:
+        """running (started, not exited since), exited-0, failed-N or waiting (never started)."""
+        starts, exits = self.starts.get(host, []), self.exits.get(host, [])
+        if not starts:
+            return "waiting"
+        if len(exits) < len(starts):
+            return "running"
+        rc = exits[-1][0]
+        return "exited-0" if rc == 0 else f"failed-{rc}"
+
+    def series(self) -> list[Iteration]:
+        return [self.iterations[k] for k in sorted(self.iterations)]
+
+
+class LogReader:
+    """Reads new complete lines from a growing file (a node's log on the shared directory)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def lines(self) -> list[str]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        *complete, self.partial = data.split(b"\n")
+        return [raw.decode("utf-8", "replace") for raw in complete]
+
+
+def gpu_samples(path: Path) -> list[dict[str, float]]:
+    """nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used,memory.total csv lines, parsed."""
+    rows: list[dict[str, float]] = []
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return rows
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 5:
+            continue
+        try:
+            rows.append({"gpu": float(parts[1]), "util": float(parts[2]), "mem_used": float(parts[3]), "mem_total": float(parts[4])})
+        except ValueError:
+            continue  # "[N/A]" or a torn line
+    return rows
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def metrics_record(it: Iteration) -> dict[str, Any]:
+    record = {k: v for k, v in asdict(it).items() if v is not None}
+    for key, value in list(record.items()):
+        if isinstance(value, float) and not math.isfinite(value):
+            record[key] = str(value)  # JSON has no nan
+    return record
+
+
+def prometheus_text(job: str, log: JobLog, state: str) -> str:
+    """A node_exporter textfile (point its --collector.textfile.directory at the job's metrics directory)."""
+    last = log.iterations.get(log.furthest)
+    label = f'{{job_name="{job}"}}'
+    rows: list[tuple[str, str, float]] = [
+        ("megaprov_job_iteration", "Latest training iteration logged", log.furthest),
+        ("megaprov_job_train_iterations", "Iterations the job trains for", log.total),
+        ("megaprov_job_restarts_total", "Restarts that resumed from a checkpoint", len(log.restarts)),
+        ("megaprov_job_checkpoint_iteration", "Latest iteration saved in a checkpoint", max(log.saves, default=0)),
+        ("megaprov_job_running", "1 while the job runs", 1 if state == "running" else 0),
+    ]
+    if last is not None:
+        for name, help_text, value in (
+            ("megaprov_job_loss", "lm loss of the latest iteration", last.loss),
+            ("megaprov_job_tokens_per_second", "Cluster throughput of the latest iteration", last.tokens_per_second),
+            ("megaprov_job_tflops_per_gpu", "TFLOP/s per GPU of the latest iteration", last.tflops_per_gpu),
+            ("megaprov_job_iteration_seconds", "Time per iteration", (last.ms_per_iteration or 0) / 1000.0),
+        ):
+            if value is not None:
+                rows.append((name, help_text, value))
+    out = []
+    for name, help_text, value in rows:
+        out += [f"# HELP {name} {help_text}", f"# TYPE {name} {'counter' if name.endswith('_total') else 'gauge'}", f"{name}{label} {value}"]
+    return "\n".join(out) + "\n"
+
+
+def write_metrics(directory: Path, job: str, log: JobLog, state: str) -> None:
+    """metrics.jsonl (one line per iteration, the latest attempt's value) and metrics.prom, both replaced whole."""
+    directory.mkdir(parents=True, exist_ok=True)
+    _atomic(directory / "metrics.jsonl", "".join(json.dumps(metrics_record(it)) + "\n" for it in log.series()))
+    _atomic(directory / "metrics.prom", prometheus_text(job, log, state))
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

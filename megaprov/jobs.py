@@ -1,0 +1,479 @@
+"""Training jobs on the cluster: start (one systemd unit per node, through Ansible), follow, judge, stop, list.
+
+The job directory lives on the shared directory (``<shared>/jobs/<name>``): ``job.json``, ``spec.yml``,
+``plan.json``, ``launch/<node>.sh`` and ``.service``, ``bin/`` (the lab trainer), ``logs/<node>.log`` (everything a
+node's torchrun and ranks print, appended by its unit), ``metrics.jsonl``, ``metrics.prom`` and ``report.*``.
+Checkpoints go to ``checkpoint.directory``. megaprov reads and writes the job directory where this machine sees
+the shared directory (``megaprov_controller_shared_dir``); nodes are only reached through Ansible.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from megaprov import follow, render, runner, verdict
+from megaprov import inventory as inv
+from megaprov.errors import EnvironmentProblem, ExitCode, MegaprovError, UsageError
+from megaprov.jobspec import JobSpec
+from megaprov.output import RunProgress
+from megaprov.paths import PACKAGE_DIR, fact_cache_dir, project_root, state_dir
+from megaprov.planner import Cluster, Plan
+
+RESTART_SEC = 10  # the unit's RestartSec: torchrun is started again this long after it failed
+START_LIMIT = 5  # unit restarts within START_LIMIT_INTERVAL before systemd gives up
+START_LIMIT_INTERVAL = 3600
+STOP_TIMEOUT = 180  # SIGTERM -> checkpoint -> exit (--exit-signal-handler) before systemd kills
+
+
+class JobFailed(MegaprovError):
+    exit_code = ExitCode.RUN_FAILED
+
+
+@dataclass
+class Job:
+    """Where a job is, for the nodes and for this machine."""
+
+    name: str
+    inventory: Path
+    hosts: list[str]
+    shared_dir: str
+    job_dir: str  # as the nodes see it
+    local_dir: Path  # as this machine sees it
+    checkpoint_dir: str
+    unit: str
+
+    def vars(self, **extra: Any) -> dict[str, Any]:
+        return {"name": self.name, "hosts": self.hosts, "dir": self.job_dir, "unit": self.unit, "checkpoint_dir": self.checkpoint_dir, **extra}
+
+
+def controller_root(found: inv.Inventory, shared: str) -> Path:
+    first = found.hosts_of("gpu_nodes")[0]
+    configured = str(found.host_var(first, "megaprov_controller_shared_dir", "") or "")
+    root = Path(configured or shared)
+    if not root.is_dir():
+        where = f"megaprov_controller_shared_dir={configured}" if configured else f"megaprov_shared_dir={shared}"
+        raise EnvironmentProblem(
+            f"this machine does not see the cluster's shared directory ({where} is not a directory here)",
+            "run megaprov on a node that mounts it (the head), or set megaprov_controller_shared_dir to where it is mounted here",
+        )
+    return root
+
+
+def locate(inventory_path: str | Path, name: str, shared: str, hosts: list[str], checkpoint_dir: str) -> Job:
+    root = project_root()
+    found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
+    job_dir = posixpath.join(shared, "jobs", name)
+    local = controller_root(found, shared) / "jobs" / name
+    return Job(name, Path(inventory_path).resolve(), hosts, shared, job_dir, local, checkpoint_dir, render.unit_name(name))
+
+
+# ---- the controller's index of jobs (so that `job status NAME` needs no -i)
+
+
+def _index() -> Path:
+    return state_dir() / "jobs"
+
+
+def remember(job: Job) -> None:
+    _index().mkdir(parents=True, exist_ok=True)
+    record = {"name": job.name, "inventory": str(job.inventory), "local_dir": str(job.local_dir)}
+    (_index() / f"{job.name}.json").write_text(json.dumps(record) + "\n")
+
+
+def find(name: str, inventory_path: str | None = None) -> Job:
+    """A started job by name: from the index, or from the shared directory of ``inventory_path``."""
+    local: Path | None = None
+    inventory = inventory_path
+    record_path = _index() / f"{name}.json"
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        inventory = inventory or record["inventory"]
+        local = Path(record["local_dir"])
+    if inventory is None:
+        raise UsageError(f"no job {name!r} is known on this machine", "pass -i INVENTORY of the cluster it ran on (megaprov jobs lists known jobs)")
+    if local is None or not (local / "job.json").is_file():
+        root = project_root()
+        found = inv.load(inventory, root / "roles", root / "inventories" / "defaults.yml")
+        first = found.hosts_of("gpu_nodes")[0]
+        shared = str(found.host_var(first, "megaprov_shared_dir", "/shared"))
+        local = controller_root(found, shared) / "jobs" / name
+    if not (local / "job.json").is_file():
+        raise UsageError(f"no job {name!r} in {local.parent}", "megaprov jobs lists the jobs")
+    meta = json.loads((local / "job.json").read_text())
+    return Job(name, Path(inventory).resolve(), meta["hosts"], meta["shared_dir"], meta["job_dir"], local, meta["checkpoint_dir"], meta["unit"])
+
+
+def listing(inventory_path: str | None) -> list[dict[str, Any]]:
+    dirs: dict[str, Path] = {}
+    if _index().is_dir():
+        for record in sorted(_index().glob("*.json")):
+            data = json.loads(record.read_text())
+            dirs[data["name"]] = Path(data["local_dir"])
+    if inventory_path:
+        root = project_root()
+        found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
+        shared = str(found.host_var(found.hosts_of("gpu_nodes")[0], "megaprov_shared_dir", "/shared"))
+        jobs_dir = controller_root(found, shared) / "jobs"
+        for meta in sorted(jobs_dir.glob("*/job.json")) if jobs_dir.is_dir() else []:
+            dirs.setdefault(meta.parent.name, meta.parent)
+    rows = []
+    for name, local in sorted(dirs.items()):
+        if not (local / "job.json").is_file():
+            continue
+        meta = json.loads((local / "job.json").read_text())
+        report = local / "report.json"
+        rows.append(
+            {
+                "name": name,
+                "state": meta.get("state", "?"),
+                "verdict": json.loads(report.read_text())["verdict"] if report.is_file() else None,
+                "nodes": len(meta["hosts"]),
+                "started": meta.get("started"),
+                "job_dir": str(local),
+            }
+        )
+    return rows
+
+
+# ---- Ansible
+
+
+def _play(
+    job: Job, playbook: str, job_vars: dict[str, Any], quiet: bool, collect: tuple[str, ...] = (), strategy: str = "linear"
+) -> runner.RunResult:
+    root = project_root()
+    spec = runner.RunSpec(
+        playbook=root / "playbooks" / playbook,
+        inventories=(root / "inventories" / "defaults.yml", job.inventory),
+        private_data_dir=runner.new_private_dir(state_dir(), playbook.removesuffix(".yml")),
+        project_root=root,
+        fact_cache_dir=fact_cache_dir(job.inventory),
+        options=runner.RunOptions(extravars={"megaprov_job": job_vars}, strategy=strategy),
+    )
+    progress = RunProgress(total_hosts=len(job.hosts), quiet=quiet)
+    try:
+        return runner.run(spec, progress, collect)
+    finally:
+        progress.stop()
+
+
+def _failure(result: runner.RunResult, what: str) -> MegaprovError:
+    if not result.failures:
+        return JobFailed(f"{what}: {result.error_line or f'ansible-playbook ended with status {result.status}'}", f"see {result.artifacts}/stdout")
+    down = sorted({f.host for f in result.failures if f.unreachable})
+    if down:
+        error: MegaprovError = EnvironmentProblem(
+            f"{what}: node(s) {', '.join(down)} unreachable ({result.failures[0].message})", "check that they run and answer SSH; nothing was started"
+        )
+        error.exit_code = ExitCode.UNREACHABLE
+        return error
+    first = result.failures[0]
+    if first.task.startswith(("Refuse", "Check the training interpreter")):
+        return UsageError(f"{what}: {first.message}")
+    return JobFailed(f"{what}: {first.host}: task '{first.task}' failed: {first.message}", f"see {result.artifacts}/stdout")
+
+
+def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: bool) -> str:
+    lines = [
+        "# Written by megaprov train; megaprov job stop stops it.",
+        "[Unit]",
+        f"Description=megaprov job {job.name} on {host} (node rank {rank} of {len(job.hosts)})",
+        "Wants=network-online.target",
+        "After=network-online.target remote-fs.target",
+        f"StartLimitIntervalSec={START_LIMIT_INTERVAL}",
+        f"StartLimitBurst={START_LIMIT}",
+        "",
+        "[Service]",
+        "Type=simple",
+        f"User={user}",
+        f"Group={user}",
+        f"WorkingDirectory={job.job_dir}",
+        f"ExecStart=/bin/bash {job.job_dir}/launch/{host}.sh",
+        f"StandardOutput=append:{render.node_log(job.job_dir, host)}",
+        "StandardError=inherit",
+        "Restart=on-failure",
+        f"RestartSec={RESTART_SEC}",
+        "KillMode=control-group",
+        f"TimeoutStopSec={STOP_TIMEOUT}",
+    ]
+    if not lab:  # RDMA registers pinned memory; lab containers may not raise the limit
+        lines.append("LimitMEMLOCK=infinity")
+    return "\n".join(lines) + "\n"
+
+
+def model_shape(spec: JobSpec) -> dict[str, Any]:
+    m = spec.model
+    return {
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_attention_heads,
+        "ffn_hidden_size": m.ffn,
+        "seq_length": m.seq_length,
+        "tensor": spec.parallel.tensor,
+        "pipeline": spec.parallel.pipeline,
+    }
+
+
+def start(
+    spec: JobSpec,
+    text: str,
+    cluster: Cluster,
+    planned: Plan,
+    plan_doc: dict[str, Any],
+    rendered: render.Rendered,
+    inventory_path: str,
+    resume: bool,
+    quiet: bool,
+    strategy: str = "linear",
+) -> Job:
+    """Stage the job's files, check and start every node's unit; on any failure nothing is left running."""
+    root = project_root()
+    found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
+    hosts = [n.host for n in rendered.nodes]
+    job = locate(inventory_path, spec.name, cluster.shared_dir, hosts, rendered.checkpoint_dir)
+    exists = (job.local_dir / "job.json").is_file()
+    if exists and not resume:
+        raise UsageError(
+            f"job {spec.name} already exists in {job.job_dir}",
+            f"pass --name NEW for a new job, or `megaprov train --resume {spec.name}` to continue it",
+        )
+    user = str(found.host_var(hosts[0], "megaprov_cluster_user", "megaprov"))
+    lab = inv.as_bool(found.host_var(hosts[0], "megaprov_lab", False))
+    started = follow.utc_now()
+    meta = {
+        "name": spec.name,
+        "state": "starting",
+        "started": started,
+        "hosts": hosts,
+        "shared_dir": cluster.shared_dir,
+        "job_dir": job.job_dir,
+        "checkpoint_dir": job.checkpoint_dir,
+        "unit": job.unit,
+        "trainer": spec.launch.trainer,
+        "nodes": cluster.nodes,
+        "gpus_per_node": cluster.gpus_per_node,
+        "gpu": cluster.gpu.name,
+        "inventory": str(job.inventory),
+        "train_iters": spec.train.train_iters,
+    }
+    if exists:
+        old = json.loads((job.local_dir / "job.json").read_text())
+        meta["resumes"] = int(old.get("resumes", 0)) + 1
+        meta["first_started"] = old.get("first_started", old.get("started"))
+    else:
+        meta["first_started"] = started
+    with tempfile.TemporaryDirectory(prefix="megaprov-job-") as staging_dir:
+        staging = Path(staging_dir)
+        (staging / "launch").mkdir()
+        (staging / "spec.yml").write_text(text)
+        (staging / "plan.json").write_text(json.dumps(plan_doc, indent=2) + "\n")
+        (staging / "job.json").write_text(json.dumps(meta, indent=2) + "\n")
+        units = {}
+        for node in rendered.nodes:
+            (staging / "launch" / f"{node.host}.sh").write_text(node.script)
+            units[node.host] = unit_text(spec, job, node.host, node.node_rank, user, lab)
+            (staging / "launch" / f"{node.host}.service").write_text(units[node.host])
+        if spec.launch.trainer == "lab":
+            (staging / "bin").mkdir()
+            shutil.copy(PACKAGE_DIR / "trainer.py", staging / render.LAB_TRAINER_FILE)
+        (staging / "logs").mkdir()
+        bundle = Path(staging_dir + ".tar.gz")
+        _bundle(staging, bundle)
+        job_vars = job.vars(python=spec.launch.python, bundle=str(bundle), resume=resume, shape=model_shape(spec), units=units)
+        try:
+            result = _play(job, "job_launch.yml", job_vars, quiet, strategy=strategy)
+        finally:
+            bundle.unlink(missing_ok=True)
+    if not result.ok:
+        if any(f.play.startswith("Start") for f in result.failures):
+            _play(job, "job_stop.yml", job.vars(), quiet)  # some units may run: stop them all
+        raise _failure(result, f"job {spec.name} not started")
+    remember(job)
+    return job
+
+
+def _bundle(directory: Path, target: Path) -> None:
+    """One archive of the job's files (one transfer instead of one per file); modes 0755/0644, owner set on unpack."""
+    import tarfile
+
+    def normal(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mode = 0o755 if info.isdir() else 0o644
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    with tarfile.open(target, "w:gz") as tar:
+        for path in sorted(directory.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(directory)), recursive=False, filter=normal)
+
+
+def stop(job: Job, quiet: bool) -> None:
+    result = _play(job, "job_stop.yml", job.vars(), quiet)
+    if not result.ok:
+        raise _failure(result, f"job {job.name}: stop failed")
+    set_state(job, "stopped")
+
+
+def unit_states(job: Job, quiet: bool) -> dict[str, dict[str, str]]:
+    result = _play(job, "job_status.yml", job.vars(), quiet, collect=("ansible.builtin.command", "command"))
+    if not result.ok:
+        raise _failure(result, f"job {job.name}: unit state unknown")
+    states = {}
+    for task in result.results:
+        pairs = (line.partition("=") for line in str(task.res.get("stdout", "")).splitlines())
+        states[task.host] = {k: v for k, _, v in pairs}
+    return states
+
+
+def set_state(job: Job, state: str, **extra: Any) -> None:
+    path = job.local_dir / "job.json"
+    meta = json.loads(path.read_text())
+    meta.update(state=state, **extra)
+    tmp = path.with_name(".job.json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    tmp.replace(path)
+
+
+# ---- following and judging
+
+
+@dataclass
+class Progress:
+    job: str
+    iteration: int
+    total: int
+    loss: float | None
+    tokens_per_second: float | None
+    tflops_per_gpu: float | None
+    eta_seconds: float | None
+    checkpoint: int
+    restarts: int
+
+
+@dataclass
+class Outcome:
+    state: str  # finished, failed, stalled, detached
+    log: follow.JobLog
+    reason: str = ""
+    timing: dict[str, Any] = field(default_factory=dict)
+
+
+def read_log(job: Job, seq_length: int) -> follow.JobLog:
+    """Everything the nodes logged so far (for job status and reports)."""
+    log = follow.JobLog(seq_length)
+    now = time.time()
+    for host in job.hosts:
+        for line in follow.LogReader(job.local_dir / "logs" / f"{host}.log").lines():
+            log.feed(host, line, now)
+    return log
+
+
+def follow_job(
+    job: Job,
+    seq_length: int,
+    on_progress: Callable[[Progress], None],
+    stall_timeout: float,
+    poll: float = 0.5,
+    quiet: bool = False,
+) -> Outcome:
+    readers = {host: follow.LogReader(job.local_dir / "logs" / f"{host}.log") for host in job.hosts}
+    log = follow.JobLog(seq_length)
+    last_news = time.monotonic()
+    all_down_since: float | None = None
+    shown = -1
+    try:
+        while True:
+            now = time.time()
+            news = False
+            for host, reader in readers.items():
+                for line in reader.lines():
+                    news = True
+                    log.feed(host, line, now)
+            if news:
+                last_news = time.monotonic()
+                follow.write_metrics(job.local_dir, job.name, log, "running")
+                if log.furthest != shown and log.furthest:
+                    shown = log.furthest
+                    on_progress(_progress(job.name, log))
+            states = [log.node_state(h) for h in job.hosts]
+            if all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
+                return Outcome("finished", log)
+            if all(s.startswith(("exited", "failed")) for s in states):
+                all_down_since = all_down_since or time.monotonic()
+                if time.monotonic() - all_down_since > RESTART_SEC + 15:  # the units would have started torchrun again by now
+                    units = unit_states(job, quiet=True)
+                    if not any(u.get("ActiveState") in ("active", "activating", "reloading") for u in units.values()):
+                        failed = ", ".join(f"{h} ({s})" for h, s in zip(job.hosts, states, strict=True) if s != "exited-0")
+                        return Outcome("failed", log, f"torchrun ended on {failed} and the units gave up")
+                    all_down_since = None
+            else:
+                all_down_since = None
+            if time.monotonic() - last_news > stall_timeout:
+                return Outcome("stalled", log, f"no output from any node for {stall_timeout:.0f} s")
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        return Outcome("detached", log, "interrupted: the job keeps running on the nodes")
+
+
+def _progress(name: str, log: follow.JobLog) -> Progress:
+    last = log.iterations[log.furthest]
+    recent = [it.ms_per_iteration for it in log.series()[-10:] if it.ms_per_iteration]
+    eta = (log.total - log.furthest) * statistics.median(recent) / 1000.0 if recent and log.total else None
+    return Progress(
+        name, log.furthest, log.total, last.loss, last.tokens_per_second, last.tflops_per_gpu, eta, max(log.saves, default=0), len(log.restarts)
+    )
+
+
+def expected_throughput(spec: JobSpec, planned: Plan) -> tuple[float, str]:
+    if spec.verify.tokens_per_second:
+        return spec.verify.tokens_per_second, "verify.tokens_per_second"
+    if spec.verify.mfu:
+        return planned.tokens_per_second * spec.verify.mfu / planned.mfu_assumed, f"the plan at verify.mfu={spec.verify.mfu:g}"
+    return planned.tokens_per_second, f"the plan's estimate at MFU {planned.mfu_assumed:.0%}"
+
+
+def conclude(
+    job: Job, spec: JobSpec, planned: Plan, outcome: Outcome, gpu_nodes: bool, timing: dict[str, Any]
+) -> tuple[verdict.Verdict, dict[str, Any], dict[str, Path]]:
+    """Judge the run, write report.json/.md/.png and the final metrics into the job directory."""
+    log = outcome.log
+    samples = {h: follow.gpu_samples(job.local_dir / "logs" / f"gpu-{h}.csv") for h in job.hosts}
+    expected, source = expected_throughput(spec, planned)
+    judged, measured = verdict.judge(
+        log, job.hosts, spec.verify.loss_window, expected, spec.verify.throughput_tolerance, source, gpu_nodes, spec.verify.gpu_utilization, samples
+    )
+    if outcome.state != "finished":
+        judged.passed = False
+        judged.checks.append(verdict.Check("run", verdict.FAIL, f"{outcome.state}: {outcome.reason}"))
+    meta = json.loads((job.local_dir / "job.json").read_text())
+    commands = {p.stem: p.read_text() for p in sorted((job.local_dir / "launch").glob("*.sh"))}
+    report = verdict.report_dict(meta, judged, log, measured, commands, timing)
+    follow.write_metrics(job.local_dir, job.name, log, outcome.state)
+    paths = verdict.write_report(job.local_dir, report, log.series())
+    set_state(job, outcome.state, verdict="passed" if judged.passed else "failed", ended=follow.utc_now())
+    return judged, report, paths
+
+
+def first_start_seconds(log: follow.JobLog, since_epoch: float) -> dict[str, Any]:
+    """Launch timing: megaprov -> torchrun started (node clocks) -> first iteration read."""
+    from datetime import datetime
+
+    stamps = [datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() for starts in log.starts.values() for s in starts]
+    stamps = [s for s in stamps if s >= since_epoch - 1]  # this launch's, not those of earlier attempts
+    out: dict[str, Any] = {}
+    if stamps:
+        first = min(stamps)
+        out["megaprov_to_torchrun_start_s"] = round(first - since_epoch, 2)
+        firsts = [it.seen for it in log.series() if it.attempt == 0][:1]
+        if firsts:
+            out["torchrun_start_to_first_iteration_s"] = round(firsts[0] - first, 2)
+    return out

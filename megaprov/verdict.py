@@ -1,0 +1,274 @@
+"""The acceptance verdict of a training run and its report (report.json, report.md, report.png).
+
+Checks, each pass / fail / skipped with a one-line reason:
+- the loss falls: Mann-Kendall trend test on every logged loss (rank based, so a noisy curve with a real trend
+  passes and a flat noisy one fails), one-sided at 5 %, plus a negative Theil-Sen slope; at least
+  ``verify.loss_window`` iterations are needed;
+- no nan iteration (Megatron's counter, and no non-finite loss);
+- throughput: the median tokens/s of steady iterations (not the first ones of each attempt) at least
+  ``throughput_tolerance`` x the expectation (``verify.tokens_per_second``, else the plan's estimate);
+- GPUs: mean utilisation >= ``verify.gpu_utilization`` and memory below the GPU's size, from the nvidia-smi samples
+  of GPU nodes; "skipped: no GPU" on CPU nodes;
+- every rank alive: the last iteration reached and torchrun exited 0 on every node.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from megaprov.follow import Iteration, JobLog
+
+PASS, FAIL, SKIP = "pass", "fail", "skipped"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    checks: list[Check] = field(default_factory=list)
+
+    def reasons(self) -> list[str]:
+        return [f"{c.name}: {c.detail}" for c in self.checks if c.status == FAIL]
+
+
+def mann_kendall(values: list[float]) -> tuple[float, float]:
+    """Kendall's S statistic turned into a z score (normal approximation, ties corrected) and tau."""
+    n = len(values)
+    s = 0
+    for i in range(n - 1):
+        for j in range(i + 1, n):
+            d = values[j] - values[i]
+            s += (d > 0) - (d < 0)
+    ties: dict[float, int] = {}
+    for v in values:
+        ties[v] = ties.get(v, 0) + 1
+    var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties.values())) / 18.0
+    if var <= 0:
+        return 0.0, 0.0
+    z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
+    return z, s / (n * (n - 1) / 2)
+
+
+def theil_sen(xs: list[float], ys: list[float]) -> float:
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]]
+    return statistics.median(slopes) if slopes else 0.0
+
+
+Z_5_PERCENT = -1.645  # one-sided
+
+
+def loss_check(series: list[Iteration], window: int) -> Check:
+    points = [(it.iteration, it.loss) for it in series if it.loss is not None and math.isfinite(it.loss)]
+    if len(points) < window:
+        return Check("loss falling", FAIL, f"only {len(points)} iteration(s) with a loss, the trend test needs {window} (verify.loss_window)")
+    if len(points) > 400:  # the test is O(n^2): thin evenly, keeping the ends
+        step = len(points) / 400
+        points = [points[int(i * step)] for i in range(400)] + [points[-1]]
+    xs, ys = [float(x) for x, _ in points], [y for _, y in points]
+    z, tau = mann_kendall(ys)
+    slope = theil_sen(xs, ys)
+    head, tail = statistics.median(ys[: max(3, len(ys) // 5)]), statistics.median(ys[-max(3, len(ys) // 5) :])
+    text = (
+        f"Mann-Kendall z={z:.2f} (tau {tau:.2f}) over {len(ys)} iterations, Theil-Sen slope {slope:.3g}/iteration,"
+        f" median loss {head:.3f} -> {tail:.3f}"
+    )
+    if z <= Z_5_PERCENT and slope < 0:
+        return Check("loss falling", PASS, text)
+    return Check("loss falling", FAIL, f"no falling trend: {text}; check the learning rate (train.lr) and the data")
+
+
+def nan_check(series: list[Iteration]) -> Check:
+    nan_iters = sum(it.nan for it in series)
+    bad = [it.iteration for it in series if it.loss is not None and not math.isfinite(it.loss)]
+    if nan_iters or bad:
+        where = f"; first non-finite loss at iteration {bad[0]}" if bad else ""
+        return Check("no nan", FAIL, f"{nan_iters} nan iteration(s) reported{where}: lower train.lr, use bf16, check the data")
+    return Check("no nan", PASS, f"0 nan iterations in {len(series)} logged")
+
+
+def steady(series: list[Iteration], skip: int = 2) -> list[Iteration]:
+    """Iterations past the first ``skip`` of each attempt (start-up, compilation and the first save skew them)."""
+    out: list[Iteration] = []
+    seen_in_attempt: dict[int, int] = {}
+    for it in series:
+        count = seen_in_attempt.get(it.attempt, 0)
+        seen_in_attempt[it.attempt] = count + 1
+        if count >= skip:
+            out.append(it)
+    return out or series
+
+
+def throughput_check(series: list[Iteration], expected: float, tolerance: float, source: str) -> tuple[Check, float]:
+    rates = [it.tokens_per_second for it in steady(series) if it.tokens_per_second]
+    if not rates:
+        return Check("throughput", FAIL, "no iteration reported its time (elapsed time per iteration)"), 0.0
+    measured = statistics.median(rates)
+    floor = expected * tolerance
+    text = f"median {measured:,.0f} tokens/s, expected {expected:,.0f} ({source}) x {tolerance:g} = {floor:,.0f}"
+    return Check("throughput", PASS if measured >= floor else FAIL, text if measured >= floor else f"too slow: {text}"), measured
+
+
+def gpu_check(samples: dict[str, list[dict[str, float]]], gpu_nodes: bool, min_util: float) -> Check:
+    if not gpu_nodes:
+        return Check("GPU utilisation and memory", SKIP, "skipped: no GPU (CPU nodes)")
+    rows = [r for host in samples.values() for r in host]
+    if not rows:
+        return Check("GPU utilisation and memory", FAIL, "no nvidia-smi samples from the nodes (logs/gpu-*.csv): is nvidia-smi on PATH?")
+    util = statistics.fmean(r["util"] for r in rows) / 100.0
+    worst = max(rows, key=lambda r: r["mem_used"] / max(r["mem_total"], 1.0))
+    frac = worst["mem_used"] / max(worst["mem_total"], 1.0)
+    peak = f"peak memory {worst['mem_used']:.0f}/{worst['mem_total']:.0f} MiB"
+    text = f"mean utilisation {util:.0%} over {len(rows)} samples (needs {min_util:.0%}), {peak}"
+    if util < min_util:
+        return Check("GPU utilisation and memory", FAIL, f"GPUs idle too much: {text}")
+    if frac >= 0.98:
+        return Check("GPU utilisation and memory", FAIL, f"memory at the limit: {text}")
+    return Check("GPU utilisation and memory", PASS, text)
+
+
+def alive_check(log: JobLog, hosts: list[str]) -> Check:
+    if log.total and log.furthest < log.total:
+        return Check("every rank alive", FAIL, f"stopped at iteration {log.furthest} of {log.total}")
+    states = {h: log.node_state(h) for h in hosts}
+    bad = {h: s for h, s in states.items() if s != "exited-0"}
+    if bad:
+        return Check("every rank alive", FAIL, "torchrun did not finish cleanly on " + ", ".join(f"{h} ({s})" for h, s in bad.items()))
+    restarts = f", {len(log.restarts)} restart(s) resumed from checkpoints" if log.restarts else ""
+    return Check("every rank alive", PASS, f"all {log.total} iterations; torchrun exited 0 on {len(hosts)} node(s){restarts}")
+
+
+def judge(
+    log: JobLog,
+    hosts: list[str],
+    window: int,
+    expected_tps: float,
+    tolerance: float,
+    source: str,
+    gpu_nodes: bool,
+    min_util: float,
+    samples: dict[str, list[dict[str, float]]],
+) -> tuple[Verdict, float]:
+    series = log.series()
+    tp, measured = throughput_check(series, expected_tps, tolerance, source)
+    checks = [loss_check(series, window), nan_check(series), tp, gpu_check(samples, gpu_nodes, min_util), alive_check(log, hosts)]
+    return Verdict(all(c.status != FAIL for c in checks), checks), measured
+
+
+# ---- report
+
+
+def report_dict(
+    job: dict[str, Any], verdict: Verdict, log: JobLog, measured_tps: float, commands: dict[str, str], timing: dict[str, Any]
+) -> dict[str, Any]:
+    series = log.series()
+    losses = [it.loss for it in series if it.loss is not None and math.isfinite(it.loss)]
+    tflops = [it.tflops_per_gpu for it in steady(series) if it.tflops_per_gpu is not None]
+    return {
+        "job": job,
+        "verdict": "passed" if verdict.passed else "failed",
+        "checks": [asdict(c) for c in verdict.checks],
+        "iterations": {"logged": len(series), "last": log.furthest, "total": log.total},
+        "loss": {"first": losses[0] if losses else None, "last": losses[-1] if losses else None, "min": min(losses) if losses else None},
+        "throughput": {"tokens_per_second_median": measured_tps, "tflops_per_gpu_median": statistics.median(tflops) if tflops else None},
+        "checkpoints": sorted(set(log.saves)),
+        "restarts": [
+            {
+                "last_iteration": r.last_iteration,
+                "resumed_from": r.resumed_from,
+                "lost_iterations": r.lost_iterations,
+                "seconds_to_resumed_iteration": None if r.first_iteration_seen is None else round(r.first_iteration_seen - r.seen, 1),
+            }
+            for r in log.restarts
+        ],
+        "errors": log.errors,
+        "timing": timing,
+        "commands": commands,
+    }
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    job = report["job"]
+    lines = [
+        f"# megaprov job {job['name']}: {report['verdict'].upper()}",
+        "",
+        f"{job['nodes']} node(s) x {job['gpus_per_node']} process(es), trainer {job['trainer']},"
+        f" {report['iterations']['last']}/{report['iterations']['total']} iterations.",
+        "",
+        "| check | result | detail |",
+        "|---|---|---|",
+        *(f"| {c['name']} | {c['status']} | {c['detail']} |" for c in report["checks"]),
+        "",
+        f"Loss {report['loss']['first']} -> {report['loss']['last']} (min {report['loss']['min']}); "
+        f"median {report['throughput']['tokens_per_second_median']:,.0f} tokens/s"
+        + (
+            f", {report['throughput']['tflops_per_gpu_median']:.2f} TFLOP/s per GPU"
+            if report["throughput"]["tflops_per_gpu_median"] is not None
+            else ""
+        )
+        + ".",
+        "",
+        "![loss and throughput](report.png)",
+        "",
+    ]
+    if report["restarts"]:
+        lines += [
+            "## Restarts",
+            "",
+            "| failed after iteration | resumed from | lost iterations | seconds to the resumed iteration |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['last_iteration']} | {r['resumed_from']} | {r['lost_iterations']} | {r['seconds_to_resumed_iteration']} |"
+            for r in report["restarts"]
+        ]
+        lines.append("")
+    if report["errors"]:
+        lines += ["## Errors in the logs", "", *(f"- `{e}`" for e in report["errors"]), ""]
+    lines += ["## Timing", "", *(f"- {k}: {v}" for k, v in report["timing"].items()), ""]
+    lines += ["## What each node ran", ""]
+    for host, script in report["commands"].items():
+        lines += [f"### {host}", "", "```bash", script.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def plot(series: list[Iteration], path: Path, title: str) -> None:
+    """Loss and tokens/s against the iteration, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [it.iteration for it in series]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    top.plot(xs, [it.loss if it.loss is not None else float("nan") for it in series], color="tab:blue")
+    top.set_ylabel("lm loss")
+    top.set_title(title)
+    top.grid(alpha=0.3)
+    bottom.plot(xs, [it.tokens_per_second or float("nan") for it in series], color="tab:green")
+    bottom.set_ylabel("tokens/s")
+    bottom.set_xlabel("iteration")
+    bottom.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def write_report(directory: Path, report: dict[str, Any], series: list[Iteration]) -> dict[str, Path]:
+    paths = {"json": directory / "report.json", "markdown": directory / "report.md", "plot": directory / "report.png"}
+    paths["json"].write_text(json.dumps(report, indent=2) + "\n")
+    paths["markdown"].write_text(render_markdown(report))
+    plot(series, paths["plot"], f"{report['job']['name']}: {report['verdict']}")
+    return paths

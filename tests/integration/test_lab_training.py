@@ -1,0 +1,181 @@
+"""megaprov train on the lab: real systemd units on 2 container nodes, torchrun across them, the lab trainer on
+megatron-core, checkpoints on the shared directory, a killed rank, a verdict that must fail, and bad input."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, megaprov, podman_exec
+
+pytestmark = pytest.mark.lab
+
+UNIT = "megaprov-job-{}.service"
+
+
+@pytest.fixture(scope="module")
+def cluster(lab3, tmp_path_factory):
+    """The session lab, bootstrapped (the bootstrap tests do it when they run first), with prepared data."""
+    nodes = lab3["nodes"]
+    if any(podman_exec(n["container"], "test", "-x", "/opt/megaprov/venv/bin/python").returncode for n in nodes):
+        code, _, err = megaprov("bootstrap", lab3["inventory"], "--output", "json")
+        assert code == 0, err
+    corpus = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    code, _, err = megaprov("data", "corpus", "--output-file", str(corpus), "--documents", "1500")
+    assert code == 0, err
+    code, doc, err = megaprov("data", "prepare", "--input", str(corpus), "--output-prefix", "data/lab", "-i", lab3["inventory"], "--output", "json")
+    assert code == 0, err
+    shared = yaml.safe_load((Path(lab3["inventory"]).parent / "group_vars" / "all.yml").read_text())["megaprov_controller_shared_dir"]
+    assert doc["result"]["prefixes"]["text"] == f"{shared}/data/lab_text_document"
+    return {**lab3, "shared": Path(shared)}
+
+
+def job_file(tmp_path, name, **changes):
+    spec = yaml.safe_load((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())
+    spec["name"] = name
+    for path, value in changes.items():
+        section, key = path.split(".")
+        spec[section][key] = value
+    path = tmp_path / f"{name}.yml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def losses(cluster, name):
+    lines = (cluster["shared"] / "jobs" / name / "metrics.jsonl").read_text().splitlines()
+    return {r["iteration"]: r["loss"] for r in map(json.loads, lines)}
+
+
+def unit_active(cluster, name):
+    return [podman_exec(n["container"], "systemctl", "is-active", UNIT.format(name)).stdout.strip() for n in cluster["nodes"]]
+
+
+def test_two_nodes_train_and_pass_the_verdict(cluster, tmp_path):
+    code, doc, err = megaprov("train", "--job", job_file(tmp_path, "tiny-dp2"), "-i", cluster["inventory"], "--output", "json")
+    assert code == 0, err[-3000:]
+    result = doc["result"]
+    assert result["verdict"] == "passed", result["checks"]
+    checks = {c["name"]: c for c in result["checks"]}
+    assert checks["GPU utilisation and memory"]["detail"] == "skipped: no GPU (CPU nodes)"
+    job = cluster["shared"] / "jobs" / "tiny-dp2"
+    report = json.loads((job / "report.json").read_text())
+    assert report["iterations"] == {"logged": 60, "last": 60, "total": 60}
+    assert report["loss"]["last"] < report["loss"]["first"] - 1.0
+    assert report["job"]["hosts"] == ["node1", "node2"]  # data parallel across two nodes
+    assert (job / "report.png").read_bytes()[:4] == b"\x89PNG" and "torch.distributed.run" in (job / "report.md").read_text()
+    assert 'megaprov_job_iteration{job_name="tiny-dp2"} 60' in (job / "metrics.prom").read_text()
+    ckpt = cluster["shared"] / "checkpoints" / "tiny-dp2"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "60"
+    assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_0000020", "iter_0000040", "iter_0000060"]
+    assert unit_active(cluster, "tiny-dp2")[:2] == ["inactive", "inactive"]
+    # the ranks ran as the cluster user under systemd, not as root: they wrote the checkpoint
+    owner = podman_exec(
+        cluster["nodes"][0]["container"], "stat", "-c", "%U", "/shared/checkpoints/tiny-dp2/iter_0000020/mp_rank_00/model_optim_rng.pt"
+    )
+    assert owner.stdout.strip() == "megaprov", owner
+    code, doc, err = megaprov("job", "status", "tiny-dp2", "--output", "json")
+    assert code == 0, err
+    assert doc["result"]["iteration"] == 60 and doc["result"]["verdict"] == "passed"
+    assert {n["ActiveState"] for n in doc["result"]["nodes"].values()} == {"inactive"}
+    code, doc, _ = megaprov("jobs", "--output", "json")
+    assert "tiny-dp2" in {j["name"] for j in doc["result"]["jobs"]}
+    # the same name again: refused before anything starts
+    code, doc, err = megaprov("train", "--job", job_file(tmp_path, "tiny-dp2"), "-i", cluster["inventory"], "--output", "json")
+    assert code == 2 and "job tiny-dp2 already exists" in err and "--resume tiny-dp2" in err
+
+
+def test_tensor_parallel_across_nodes_gives_the_same_losses(cluster, tmp_path):
+    # TP=1 x DP=2 pads the 257-token vocabulary to 384 (divisible by 128); TP=2 x DP=1 with 64 x 2 pads to 384 too.
+    for name, tensor, divisible in (("tiny-tp1", 1, 128), ("tiny-tp2", 2, 64)):
+        spec = job_file(tmp_path, name, **{"parallel.tensor": tensor, "model.make_vocab_size_divisible_by": divisible, "train.train_iters": 12})
+        code, doc, err = megaprov("train", "--job", spec, "-i", cluster["inventory"], "--output", "json")
+        assert code in (0, 6), err[-3000:]
+    tp1, tp2 = losses(cluster, "tiny-tp1"), losses(cluster, "tiny-tp2")
+    assert sorted(tp1) == sorted(tp2) == list(range(1, 13))
+    for it in tp1:
+        assert tp2[it] == pytest.approx(tp1[it], rel=2e-4), (it, tp1[it], tp2[it])
+
+
+def test_a_killed_rank_restarts_and_resumes_from_the_last_checkpoint(cluster, tmp_path):
+    name = "tiny-kill"
+    spec = job_file(tmp_path, name, **{"train.train_iters": 60, "checkpoint.save_interval": 10})
+    metrics = cluster["shared"] / "jobs" / name / "metrics.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "megaprov", "train", "--job", spec, "-i", cluster["inventory"], "--output", "json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 25:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        else:
+            pytest.fail("the job never reached iteration 25")
+        killed = podman_exec(cluster["nodes"][1]["container"], "pkill", "-9", "-f", r"python[0-9.]* -u \S*megaprov_trainer\.py")
+        assert killed.returncode == 0, "no rank process to kill on node2"
+        out, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    report = json.loads((cluster["shared"] / "jobs" / name / "report.json").read_text())
+    assert report["verdict"] == "passed"
+    assert len(report["restarts"]) == 1
+    restart = report["restarts"][0]
+    assert restart["resumed_from"] in (20, 30) and 0 <= restart["lost_iterations"] < 10
+    assert restart["seconds_to_resumed_iteration"] is not None
+    assert report["iterations"]["last"] == 60
+
+
+def test_a_loss_that_cannot_fall_fails_the_verdict_with_the_reason(cluster, tmp_path):
+    spec = job_file(tmp_path, "tiny-lr0", **{"train.lr": 0.0, "train.min_lr": 0.0, "train.train_iters": 30})
+    code, doc, err = megaprov("train", "--job", spec, "-i", cluster["inventory"], "--output", "json")
+    assert code == 6, err[-3000:]
+    checks = {c["name"]: c for c in doc["result"]["checks"]}
+    assert checks["loss falling"]["status"] == "fail" and "no falling trend" in checks["loss falling"]["detail"]
+    assert checks["every rank alive"]["status"] == "pass"
+    assert "failed its verdict: loss falling: no falling trend" in err
+
+
+def test_checkpoints_of_another_model_are_refused_and_nothing_starts(cluster, tmp_path):
+    spec = job_file(tmp_path, "tiny-wide", **{"model.hidden_size": 96, "checkpoint.directory": "checkpoints/tiny-dp2"})
+    code, _, err = megaprov("train", "--job", spec, "-i", cluster["inventory"], "--output", "json")
+    assert code == 2, err
+    assert "holds checkpoints of another model" in err and "hidden_size=64" in err
+    assert unit_active(cluster, "tiny-wide")[:2] == ["inactive", "inactive"]
+    assert not (cluster["shared"] / "jobs" / "tiny-wide").exists()
+
+
+def test_an_unreachable_node_at_launch_starts_nothing(cluster, tmp_path):
+    node1 = cluster["nodes"][0]
+    (tmp_path / "group_vars").mkdir()
+    source = Path(cluster["inventory"]).parent / "group_vars" / "all.yml"
+    (tmp_path / "group_vars" / "all.yml").write_text(source.read_text())
+    (tmp_path / "inventory.ini").write_text(
+        textwrap.dedent(f"""
+        [head]
+        node1 ansible_host={node1["address"]}
+        [gpu_nodes]
+        node1 ansible_host={node1["address"]}
+        ghost ansible_host={node1["address"]} ansible_port=2299
+    """)
+    )
+    code, _, err = megaprov("train", "--job", job_file(tmp_path, "tiny-ghost"), "-i", str(tmp_path / "inventory.ini"), "--output", "json")
+    assert code == 4, err
+    assert "ghost" in err and "unreachable" in err and "nothing was started" in err
+    assert podman_exec(node1["container"], "test", "-e", "/etc/systemd/system/" + UNIT.format("tiny-ghost")).returncode != 0
+    assert not (cluster["shared"] / "jobs" / "tiny-ghost").exists()
+
+
+def test_an_inventory_without_enough_nodes_is_refused(cluster, tmp_path):
+    spec = job_file(tmp_path, "tiny-big", **{"launch.nodes": 4})
+    code, _, err = megaprov("train", "--job", spec, "-i", cluster["inventory"], "--output", "json")
+    assert code == 2 and "the job needs 4 nodes but the inventory has 3 in [gpu_nodes]" in err
