@@ -317,8 +317,8 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
     launched = time.time()
     if not quiet:
         err.print(
-            f"train: job {job.name} started on {', '.join(job.hosts)} ({jobs.RESTART_SEC} s restart policy, "
-            f"torchrun --max-restarts {spec.launch.max_restarts}) in {launched - since:.1f} s; job directory {job.job_dir}",
+            f"train: job {job.name} started on {', '.join(job.hosts)} (restarts: up to {spec.launch.max_restarts}, "
+            f"after {jobs.RESTART_SEC} s) in {launched - since:.1f} s; job directory {job.job_dir}",
             markup=False,
         )
     if args.detach:

@@ -29,7 +29,6 @@ from megaprov.paths import PACKAGE_DIR, fact_cache_dir, project_root, state_dir
 from megaprov.planner import Cluster, Plan
 
 RESTART_SEC = 10  # the unit's RestartSec: torchrun is started again this long after it failed
-START_LIMIT = 5  # unit restarts within START_LIMIT_INTERVAL before systemd gives up
 START_LIMIT_INTERVAL = 3600
 STOP_TIMEOUT = 180  # SIGTERM -> checkpoint -> exit (--exit-signal-handler) before systemd kills
 
@@ -190,7 +189,7 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
         "Wants=network-online.target",
         "After=network-online.target remote-fs.target",
         f"StartLimitIntervalSec={START_LIMIT_INTERVAL}",
-        f"StartLimitBurst={START_LIMIT}",
+        f"StartLimitBurst={spec.launch.max_restarts + 1}",  # starts: the first and each restart
         "",
         "[Service]",
         "Type=simple",
@@ -288,7 +287,7 @@ def start(
         (staging / "logs").mkdir()
         bundle = Path(staging_dir + ".tar.gz")
         _bundle(staging, bundle)
-        job_vars = job.vars(python=spec.launch.python, bundle=str(bundle), resume=resume, shape=model_shape(spec), units=units)
+        job_vars = job.vars(python=spec.launch.python, master_port=spec.launch.master_port, bundle=str(bundle), resume=resume, shape=model_shape(spec), units=units)
         try:
             result = _play(job, "job_launch.yml", job_vars, quiet, strategy=strategy)
         finally:
@@ -417,8 +416,9 @@ def follow_job(
                     all_down_since = None
             else:
                 all_down_since = None
-            if time.monotonic() - last_news > stall_timeout:
-                return Outcome("stalled", log, f"no output from any node for {stall_timeout:.0f} s")
+            if time.monotonic() - last_news > stall_timeout:  # hung ranks hold the nodes: stop them
+                stop(job, quiet)
+                return Outcome("stalled", log, f"no output from any node for {stall_timeout:.0f} s; the job was stopped")
             time.sleep(poll)
     except KeyboardInterrupt:
         return Outcome("detached", log, "interrupted: the job keeps running on the nodes")

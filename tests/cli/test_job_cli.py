@@ -150,7 +150,7 @@ def test_train_dry_run_prints_each_node(capsys, tmp_path):
     assert code == ExitCode.OK, err
     assert "# ---- node1 (node rank 0)" in out and "# ---- node2 (node rank 1)" in out
     assert "node3" not in out  # the job asks for 2 nodes
-    assert "--rdzv-endpoint 10.1.0.11:29500" in out
+    assert "--master-addr 10.1.0.11" in out
     assert "--data-path 1.0 /srv/shared/data/lab_text_document" in out
 
 
@@ -170,9 +170,37 @@ def test_train_refuses_a_job_that_does_not_fit(capsys, tmp_path):
     assert "llama-8b does not fit" in err and out == ""
 
 
-def test_train_without_dry_run_says_what_to_do(capsys, tmp_path):
-    code, _, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "-i", cpu_inventory(tmp_path))
-    assert code == ExitCode.USAGE and "--dry-run" in err
+def test_train_where_this_machine_cannot_see_the_shared_directory(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    inv = cpu_inventory(tmp_path, shared=str(tmp_path / "not-mounted"))
+    code, _, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "-i", inv)
+    assert code == ExitCode.ENVIRONMENT
+    assert "does not see the cluster's shared directory" in err and "megaprov_controller_shared_dir" in err
+    assert not (tmp_path / "state" / "runs").exists()  # refused before any Ansible run
+
+
+def test_train_flags_are_checked_before_anything_runs(capsys, tmp_path):
+    code, _, err = run(capsys, "train", "-i", cpu_inventory(tmp_path))
+    assert code == ExitCode.USAGE and "needs --job JOB.yml" in err
+    code, _, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "--name", "Bad Name", "-i", cpu_inventory(tmp_path))
+    assert code == ExitCode.USAGE and "--name 'Bad Name' is not a job name" in err
+    code, _, err = run(capsys, "train", "--resume", "x", "--job", JOBS / "lab-tiny.yml")
+    assert code == ExitCode.USAGE and "--resume JOB takes the spec stored with the job" in err
+
+
+def test_job_status_of_an_unknown_job(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    code, _, err = run(capsys, "job", "status", "nope")
+    assert code == ExitCode.USAGE and "no job 'nope' is known on this machine" in err
+
+
+def test_data_corpus_is_deterministic(capsys, tmp_path):
+    for name in ("a.jsonl", "b.jsonl"):
+        code, _, err = run(capsys, "data", "corpus", "--output-file", tmp_path / name, "--documents", "50")
+        assert code == ExitCode.OK, err
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    docs = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    assert len(docs) == 50 and all(d["text"].endswith(".") for d in docs)
 
 
 def test_data_prepare_json(capsys, tmp_path):

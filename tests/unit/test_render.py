@@ -125,8 +125,8 @@ def test_torchrun_arguments_parse_with_torchs_own_parser():
         assert argv[:3] == ["/opt/megaprov/venv/bin/python", "-m", "torch.distributed.run"]
         ns = parser.parse_args(argv[3:])
         assert (ns.nnodes, ns.nproc_per_node, ns.node_rank) == ("2", "8", node.node_rank)
-        assert (ns.rdzv_backend, ns.rdzv_endpoint, ns.rdzv_id) == ("c10d", "10.0.0.1:29500", "llama-8b")
-        assert ns.max_restarts == 3
+        assert (ns.master_addr, ns.master_port) == ("10.0.0.1", 29500)
+        assert ns.max_restarts == 0  # the unit restarts torchrun on every node
         assert ns.training_script == "/opt/megatron-lm/pretrain_gpt.py"
         assert_megatron_accepts(ns.training_script_args)
 
@@ -171,7 +171,7 @@ def test_sbatch_script():
     assert text is not None
     for line in ("#SBATCH --nodes=128", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch", "#SBATCH --time=4:00:00", "#SBATCH --requeue"):
         assert line in text.splitlines(), line
-    assert '--node-rank "$SLURM_NODEID" --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR":29500 --rdzv-id "$SLURM_JOB_ID"' in text
+    assert '--node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR" --master-port 29500' in text
     result = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
     assert result.returncode == 0, result.stderr
 
