@@ -91,7 +91,7 @@ def parse_iteration(line: str) -> Iteration | None:
 
 @dataclass
 class Restart:
-    seen: float
+    seen: float  # when the last iteration before the failure was read
     last_iteration: int  # the furthest iteration logged before the failure
     resumed_from: int  # the iteration training continued after (the checkpoint's)
     first_iteration_seen: float | None = None  # when the first iteration after the restart was read
@@ -116,6 +116,7 @@ class JobLog:
     sigterm: bool = False
     furthest: int = 0  # the highest iteration logged
     current: int = 0  # the latest iteration logged (goes back after a restart)
+    last_seen: float = 0.0  # when the latest iteration was read
     total: int = 0
 
     def feed(self, host: str, line: str, now: float) -> Iteration | None:
@@ -127,7 +128,7 @@ class JobLog:
                 it.tokens_per_second = it.global_batch * self.seq_length / (it.ms_per_iteration / 1000.0)
             if it.iteration <= self.current:  # the run went back: a restart resumed from an earlier checkpoint
                 if not self.restarts or self.restarts[-1].first_iteration_seen is not None:
-                    self.restarts.append(Restart(now, self.current, it.iteration - 1))
+                    self.restarts.append(Restart(self.last_seen, self.current, it.iteration - 1))
             if self.restarts and self.restarts[-1].first_iteration_seen is None:
                 self.restarts[-1].first_iteration_seen = now
                 self.restarts[-1].resumed_from = it.iteration - 1
@@ -135,6 +136,7 @@ class JobLog:
             self.iterations[it.iteration] = it
             self.furthest = max(self.furthest, it.iteration)
             self.current = it.iteration
+            self.last_seen = now
             self.total = it.total
             return it
         if (m := _SAVED.search(line)) is not None:
@@ -146,7 +148,7 @@ class JobLog:
             # load line shows it. Loads of earlier iterations are found by the iterations going back instead.
             open_restart = bool(self.restarts) and self.restarts[-1].first_iteration_seen is None
             if loaded == self.current > 0 and not open_restart:
-                self.restarts.append(Restart(now, self.current, loaded))
+                self.restarts.append(Restart(self.last_seen, self.current, loaded))
         elif (m := _NODE.match(line.strip())) is not None:
             if m["rc"] is None:
                 self.starts.setdefault(m["host"], []).append(m["at"])
@@ -208,10 +210,34 @@ def gpu_samples(path: Path) -> list[dict[str, float]]:
         if len(parts) != 5:
             continue
         try:
-            rows.append({"gpu": float(parts[1]), "util": float(parts[2]), "mem_used": float(parts[3]), "mem_total": float(parts[4])})
+            row = {"gpu": float(parts[1]), "util": float(parts[2]), "mem_used": float(parts[3]), "mem_total": float(parts[4])}
         except ValueError:
             continue  # "[N/A]" or a torn line
+        try:  # nvidia-smi's local time, "2026/11/30 01:00:00.000"; compared with Megatron's local timestamps
+            row["at"] = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        except ValueError:
+            pass
+        rows.append(row)
     return rows
+
+
+def training_window(log: JobLog) -> tuple[float, float] | None:
+    """First and last iteration times on the node clock (local time, as Megatron prints them), if logged."""
+    stamps = []
+    for it in log.series():
+        if it.logged_at:
+            try:
+                stamps.append(datetime.strptime(it.logged_at.split(".")[0], "%Y-%m-%d %H:%M:%S").timestamp())
+            except ValueError:
+                continue
+    return (min(stamps), max(stamps) + 1.0) if len(stamps) >= 2 else None
+
+
+def during(rows: list[dict[str, float]], window: tuple[float, float] | None) -> list[dict[str, float]]:
+    """The samples taken while iterations ran (start-up and shutdown would drag the mean utilisation down)."""
+    if window is None:
+        return rows
+    return [r for r in rows if "at" not in r or window[0] <= r["at"] <= window[1]]
 
 
 def _atomic(path: Path, text: str) -> None:

@@ -287,7 +287,9 @@ def start(
         (staging / "logs").mkdir()
         bundle = Path(staging_dir + ".tar.gz")
         _bundle(staging, bundle)
-        job_vars = job.vars(python=spec.launch.python, master_port=spec.launch.master_port, bundle=str(bundle), resume=resume, shape=model_shape(spec), units=units)
+        job_vars = job.vars(
+            python=spec.launch.python, master_port=spec.launch.master_port, bundle=str(bundle), resume=resume, shape=model_shape(spec), units=units
+        )
         try:
             result = _play(job, "job_launch.yml", job_vars, quiet, strategy=strategy)
         finally:
@@ -446,7 +448,8 @@ def conclude(
 ) -> tuple[verdict.Verdict, dict[str, Any], dict[str, Path]]:
     """Judge the run, write report.json/.md/.png and the final metrics into the job directory."""
     log = outcome.log
-    samples = {h: follow.gpu_samples(job.local_dir / "logs" / f"gpu-{h}.csv") for h in job.hosts}
+    window = follow.training_window(log)
+    samples = {h: follow.during(follow.gpu_samples(job.local_dir / "logs" / f"gpu-{h}.csv"), window) for h in job.hosts}
     expected, source = expected_throughput(spec, planned)
     judged, measured = verdict.judge(
         log, job.hosts, spec.verify.loss_window, expected, spec.verify.throughput_tolerance, source, gpu_nodes, spec.verify.gpu_utilization, samples

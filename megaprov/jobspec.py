@@ -145,7 +145,9 @@ class Launch(_Section):
     megatron_dir: str = Field("/opt/megatron-lm", description="checkout of Megatron-LM holding pretrain_gpt.py")
     python: str = Field("/opt/megaprov/venv/bin/python", description="interpreter of the training environment")
     master_port: int = Field(29500, ge=1024, le=65535)
-    max_restarts: int = Field(3, ge=0, le=100, description="restarts of the job after a failure, within an hour (each resumes from the latest checkpoint)")
+    max_restarts: int = Field(
+        3, ge=0, le=100, description="restarts of the job after a failure, within an hour (each resumes from the latest checkpoint)"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment, e.g. NCCL_DEBUG: INFO")
     extra_args: list[str] = Field(default_factory=list, description="pass-through pretrain_gpt.py arguments")
     slurm: Slurm = Field(default_factory=lambda: Slurm())

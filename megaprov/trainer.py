@@ -172,18 +172,14 @@ def write_marker(directory: str, iteration: int) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args, ignored = parse_args(sys.argv[1:] if argv is None else argv)
+def build_model(args: argparse.Namespace, vocab: int, tp: int) -> Any:
+    """megatron-core's GPTModel from the local layer spec with :class:`CpuCoreAttention` plugged in through the
+    spec (after ``initialize_model_parallel``). The benchmark's bare loop builds the same model with it."""
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F  # noqa: N812
     from megatron.core import parallel_state
-    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
-    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
     from megatron.core.transformer import TransformerConfig
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.module import MegatronModule
@@ -232,27 +228,6 @@ def main(argv: list[str] | None = None) -> int:
             )
             return out.permute(2, 0, 1, 3).reshape(s, b, -1)
 
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    last = rank == world - 1
-    tp = args.tensor_model_parallel_size
-    if args.pipeline_model_parallel_size != 1 or args.context_parallel_size != 1:
-        raise SystemExit("megaprov.trainer: pipeline and context parallelism need pretrain_gpt.py on GPUs (set parallel.pipeline/context to 1)")
-    parallel_state.initialize_model_parallel(tp, 1)
-    dp_group = parallel_state.get_data_parallel_group()
-    tp_group = parallel_state.get_tensor_model_parallel_group()
-    dp, dp_rank = parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
-    tp_rank = parallel_state.get_tensor_model_parallel_rank()
-    micro, gbs = args.micro_batch_size, args.global_batch_size
-    if gbs % (micro * dp):
-        raise SystemExit(f"megaprov.trainer: global batch {gbs} is not a multiple of micro batch {micro} x data parallel {dp}")
-    accumulation = gbs // (micro * dp)
-    if ignored and rank == 0:
-        print(f"megaprov.trainer: not implemented on CPU, ignored: {' '.join(a for a in ignored if a.startswith('--'))}", flush=True)
-
-    torch.manual_seed(args.seed)
-    tokenizer = NullTokenizer(vocab_size=args.vocab_size or 256)
-    vocab = padded_vocab(tokenizer.vocab_size, args.make_vocab_size_divisible_by, tp)
     config = TransformerConfig(
         num_layers=args.num_layers,
         hidden_size=args.hidden_size,
@@ -282,6 +257,41 @@ def main(argv: list[str] | None = None) -> int:
         max_sequence_length=args.max_position_embeddings,
         position_embedding_type=args.position_embedding_type,
     )
+    return model
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, ignored = parse_args(sys.argv[1:] if argv is None else argv)
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+    from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    last = rank == world - 1
+    tp = args.tensor_model_parallel_size
+    if args.pipeline_model_parallel_size != 1 or args.context_parallel_size != 1:
+        raise SystemExit("megaprov.trainer: pipeline and context parallelism need pretrain_gpt.py on GPUs (set parallel.pipeline/context to 1)")
+    parallel_state.initialize_model_parallel(tp, 1)
+    dp_group = parallel_state.get_data_parallel_group()
+    tp_group = parallel_state.get_tensor_model_parallel_group()
+    dp, dp_rank = parallel_state.get_data_parallel_world_size(), parallel_state.get_data_parallel_rank()
+    tp_rank = parallel_state.get_tensor_model_parallel_rank()
+    micro, gbs = args.micro_batch_size, args.global_batch_size
+    if gbs % (micro * dp):
+        raise SystemExit(f"megaprov.trainer: global batch {gbs} is not a multiple of micro batch {micro} x data parallel {dp}")
+    accumulation = gbs // (micro * dp)
+    if ignored and rank == 0:
+        print(f"megaprov.trainer: not implemented on CPU, ignored: {' '.join(a for a in ignored if a.startswith('--'))}", flush=True)
+
+    torch.manual_seed(args.seed)
+    tokenizer = NullTokenizer(vocab_size=args.vocab_size or 256)
+    vocab = padded_vocab(tokenizer.vocab_size, args.make_vocab_size_divisible_by, tp)
+    model = build_model(args, vocab, tp)
     ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=dp_group)
     decay = [p for n, p in model.named_parameters() if p.ndim > 1]
     no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]

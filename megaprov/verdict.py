@@ -123,6 +123,8 @@ def gpu_check(samples: dict[str, list[dict[str, float]]], gpu_nodes: bool, min_u
     if not gpu_nodes:
         return Check("GPU utilisation and memory", SKIP, "skipped: no GPU (CPU nodes)")
     rows = [r for host in samples.values() for r in host]
+    if not rows and min_util == 0:
+        return Check("GPU utilisation and memory", SKIP, "skipped: no nvidia-smi sample while iterations ran and verify.gpu_utilization is 0")
     if not rows:
         return Check("GPU utilisation and memory", FAIL, "no nvidia-smi samples from the nodes (logs/gpu-*.csv): is nvidia-smi on PATH?")
     util = statistics.fmean(r["util"] for r in rows) / 100.0

@@ -6,8 +6,9 @@
 #      persistence, Fabric Manager where NVSwitch is present, CUDA (nvcc if present), NCCL, the PyTorch
 #      environment seeing every GPU with NCCL, megatron-core matching Megatron-LM's tag
 #   3. nccl-tests all_reduce_perf on all local GPUs (when libnccl-dev and nvcc are there to build it)
-#   4. pretrain_gpt.py, rendered by `megaprov train --dry-run` from examples/jobs/gpu-check.yml, 20 iterations
-#      on mock data on every local GPU; prints the last iteration line (loss, TFLOP/s per GPU)
+#   4. `megaprov train` of examples/jobs/gpu-check.yml against localhost: a systemd unit runs pretrain_gpt.py under
+#      torchrun on every local GPU, 20 iterations on mock data, followed to the verdict; prints the verdict, the
+#      loss and TFLOP/s per GPU from the job's report.json
 #
 # Sources, for a machine without internet (all optional):
 #   GPU_CHECK_VENV         an existing venv with CUDA torch (default: the pytorch role builds /opt/megaprov/venv)
@@ -93,15 +94,20 @@ else
   record "all_reduce_perf: skipped: nccl-tests not built (needs libnccl-dev and nvcc on this machine)"
 fi
 
-step "pretrain_gpt.py: 20 iterations on mock data"
-$MEGAPROV train --job examples/jobs/gpu-check.yml -i "$WORK/inventory/inventory.ini" --gpus-per-node "$GPUS" --dry-run --output json \
-  | "$VENV/bin/python" -c "import json,sys; print(json.load(sys.stdin)['result']['launch']['nodes'][0]['script'])" \
-  | sed "s#/opt/megaprov/venv/bin/python#$VENV/bin/python#; s#/opt/megatron-lm#$WORK/megatron-lm#g" > "$WORK/gpt.sh"
-mkdir -p "$WORK/shared/jobs/gpu-check"
-timeout 300 bash "$WORK/gpt.sh" > "$WORK/gpt.log" 2>&1; rc=$?
-last=$(grep -E 'iteration +[0-9]+/ +20 \|' "$WORK/gpt.log" | tail -1)
-echo "$last"
-record "pretrain_gpt.py: exit $rc; ${last:-no iteration line (see $WORK/gpt.log)}"
+step "megaprov train: pretrain_gpt.py, 20 iterations on mock data, on every local GPU"
+# The real launch against localhost: a systemd unit running torchrun, followed to the verdict (report.json).
+JOB="gpu-check-$(date +%Y%m%d-%H%M%S)"
+sed "s#^  python: .*##; s#^launch:#launch:\n  python: $VENV/bin/python\n  megatron_dir: $WORK/megatron-lm#" examples/jobs/gpu-check.yml > "$WORK/gpu-check.yml"
+timeout 420 $MEGAPROV train --job "$WORK/gpu-check.yml" -i "$WORK/inventory/inventory.ini" --gpus-per-node "$GPUS" --name "$JOB" --stall-timeout 240
+rc=$?
+REPORT="$WORK/shared/jobs/$JOB/report.json"
+if [ -f "$REPORT" ]; then
+  summary=$("$VENV/bin/python" -c "import json,sys; r=json.load(open(sys.argv[1])); t=r['throughput']; print(f\"verdict {r['verdict']}, {r['iterations']['last']}/{r['iterations']['total']} iterations, loss {r['loss']['first']} -> {r['loss']['last']}, {t['tflops_per_gpu_median']} TFLOP/s per GPU, {t['tokens_per_second_median']:.0f} tokens/s\")" "$REPORT")
+else
+  summary="no report (see $WORK/shared/jobs/$JOB/logs)"
+fi
+record "megaprov train: exit $rc; $summary"
+$MEGAPROV job stop "$JOB" >/dev/null 2>&1 || true
 
 printf '\n== summary (%ds)\n' $(( $(date +%s) - START ))
 printf '%s\n' "${results[@]}"

@@ -107,7 +107,7 @@ def test_restart_found_by_the_iterations_going_back():
     feed_run(log, "node2", range(21, 61), 9.5)
     assert len(log.restarts) == 1
     r = log.restarts[0]
-    assert (r.last_iteration, r.resumed_from, r.lost_iterations, r.first_iteration_seen) == (27, 20, 7, 9.5)
+    assert (r.seen, r.last_iteration, r.resumed_from, r.lost_iterations, r.first_iteration_seen) == (1.0, 27, 20, 7, 9.5)
     assert log.saves == [20] and log.loads == [20] and log.furthest == 60
     assert log.iterations[21].attempt == 1 and log.iterations[19].attempt == 0
     assert log.iterations[5].tokens_per_second == pytest.approx(8 * 128 / 0.05)
@@ -163,8 +163,15 @@ def test_metrics_files(tmp_path):
 
 def test_gpu_samples_skip_unreadable_rows(tmp_path):
     path = tmp_path / "gpu.csv"
-    path.write_text("2026/11/30 01:00:00.000, 0, 97, 40000, 81559\n2026/11/30 01:00:05.000, 1, [N/A], 1, 2\ntorn, 1\n")
-    assert follow.gpu_samples(path) == [{"gpu": 0.0, "util": 97.0, "mem_used": 40000.0, "mem_total": 81559.0}]
+    path.write_text(
+        "2026/11/30 01:00:00.000, 0, 97, 40000, 81559\n2026/11/30 01:00:05.000, 1, [N/A], 1, 2\ntorn, 1\n2026/11/30 01:09:00.000, 0, 3, 9, 81559\n"
+    )
+    rows = follow.gpu_samples(path)
+    assert [(r["gpu"], r["util"], r["mem_used"], r["mem_total"]) for r in rows] == [(0.0, 97.0, 40000.0, 81559.0), (0.0, 3.0, 9.0, 81559.0)]
+    log = follow.JobLog(seq_length=16)
+    log.feed("n", " [2026-11-30 00:59:58.000000] iteration 1/ 2 | lm loss: 5.0 |", 0)
+    log.feed("n", " [2026-11-30 01:00:02.000000] iteration 2/ 2 | lm loss: 4.0 |", 0)
+    assert [r["util"] for r in follow.during(rows, follow.training_window(log))] == [97.0]  # the idle sample after the run is left out
 
 
 # ---- verdict
