@@ -112,6 +112,8 @@ class JobLog:
     starts: dict[str, list[str]] = field(default_factory=dict)
     exits: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     restarts: list[Restart] = field(default_factory=list)
+    last_node_event: dict[str, str] = field(default_factory=dict)
+    iteration_host: str = ""  # the node whose log carries the iteration lines (the last rank's)
     errors: list[str] = field(default_factory=list)
     sigterm: bool = False
     furthest: int = 0  # the highest iteration logged
@@ -124,6 +126,7 @@ class JobLog:
         it = parse_iteration(line)
         if it is not None:
             it.seen = now
+            self.iteration_host = self.iteration_host or host
             if it.ms_per_iteration and it.global_batch:
                 it.tokens_per_second = it.global_batch * self.seq_length / (it.ms_per_iteration / 1000.0)
             if it.iteration <= self.current:  # the run went back: a restart resumed from an earlier checkpoint
@@ -142,18 +145,19 @@ class JobLog:
         if (m := _SAVED.search(line)) is not None:
             self.saves.append(int(m["it"]))
         elif (m := _LOADED.search(line)) is not None:
-            loaded = int(m["it"])
-            self.loads.append(loaded)
-            # A restart that resumes exactly where it stopped (killed right after a save) never goes back: only the
-            # load line shows it. Loads of earlier iterations are found by the iterations going back instead.
-            open_restart = bool(self.restarts) and self.restarts[-1].first_iteration_seen is None
-            if loaded == self.current > 0 and not open_restart:
-                self.restarts.append(Restart(self.last_seen, self.current, loaded))
+            self.loads.append(int(m["it"]))
         elif (m := _NODE.match(line.strip())) is not None:
             if m["rc"] is None:
                 self.starts.setdefault(m["host"], []).append(m["at"])
+                self.last_node_event[m["host"]] = "running"
+                # torchrun starting again on the node that logs the iterations, after some were logged: a restart.
+                # (Its own file orders the two exactly; a restart that resumes where it stopped never goes back.)
+                open_restart = bool(self.restarts) and self.restarts[-1].first_iteration_seen is None
+                if m["host"] == self.iteration_host and self.current > 0 and not open_restart:
+                    self.restarts.append(Restart(self.last_seen, self.current, self.current))
             else:
                 self.exits.setdefault(m["host"], []).append((int(m["rc"]), m["at"]))
+                self.last_node_event[m["host"]] = "exited-0" if int(m["rc"]) == 0 else f"failed-{m['rc']}"
         elif _SIGTERM in line:
             self.sigterm = True
         elif (m := _ERROR.search(line.strip())) is not None:
@@ -165,13 +169,8 @@ class JobLog:
 
     def node_state(self, host: str) -> str:
         """running (started, not exited since), exited-0, failed-N or waiting (never started)."""
-        starts, exits = self.starts.get(host, []), self.exits.get(host, [])
-        if not starts:
-            return "waiting"
-        if len(exits) < len(starts):
-            return "running"
-        rc = exits[-1][0]
-        return "exited-0" if rc == 0 else f"failed-{rc}"
+        # The latest line decides: a start not followed by an exit runs (a stopped attempt prints no exit line).
+        return self.last_node_event.get(host, "waiting")
 
     def series(self) -> list[Iteration]:
         return [self.iterations[k] for k in sorted(self.iterations)]

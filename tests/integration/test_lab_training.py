@@ -99,8 +99,9 @@ def test_tensor_parallel_gives_the_same_losses_as_data_parallel_alone(cluster, t
         "train.lr_decay_iters": 60,
     }
     code, doc, err = megaprov("train", "--job", job_file(tmp_path, "tiny-tp2", **changes), "-i", cluster["inventory"], "--output", "json")
-    assert code == 6, err[-3000:]  # 12 iterations are too few for the loss-trend window, the rest passes
-    assert [c["name"] for c in doc["result"]["checks"] if c["status"] == "fail"] == ["loss falling"]
+    assert code == 6, err[-3000:]  # 12 iterations are too few for the loss-trend window (and 4 ranks on 2 cores are slow)
+    checks = {c["name"]: c["status"] for c in doc["result"]["checks"]}
+    assert checks["loss falling"] == "fail" and checks["every rank alive"] == "pass" and checks["no nan"] == "pass"
     tp1, tp2 = losses(cluster, "tiny-dp2"), losses(cluster, "tiny-tp2")
     assert sorted(tp2) == list(range(1, 13))
     for it in tp2:
@@ -183,6 +184,30 @@ def test_an_unreachable_node_at_launch_starts_nothing(cluster, tmp_path):
 
 
 def test_an_inventory_without_enough_nodes_is_refused(cluster, tmp_path):
-    spec = job_file(tmp_path, "tiny-big", **{"launch.nodes": 4})
+    spec = job_file(tmp_path, "tiny-big", **{"launch.nodes": 4, "train.global_batch_size": 16})
     code, _, err = megaprov("train", "--job", spec, "-i", cluster["inventory"], "--output", "json")
     assert code == 2 and "the job needs 4 nodes but the inventory has 3 in [gpu_nodes]" in err
+
+
+def test_stop_saves_a_checkpoint_and_resume_continues_to_the_verdict(cluster, tmp_path):
+    name = "tiny-resume"
+    code, doc, err = megaprov("train", "--job", job_file(tmp_path, name), "-i", cluster["inventory"], "--detach", "--output", "json")
+    assert code == 0 and doc["result"]["state"] == "running", err
+    log = cluster["shared"] / "jobs" / name / "logs" / "node2.log"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and (not log.is_file() or log.read_text().count("| lm loss:") < 8):
+        time.sleep(0.2)
+    assert unit_active(cluster, name)[:2] == ["active", "active"]
+    code, doc, err = megaprov("job", "stop", name, "--output", "json")
+    assert code == 0, err
+    assert unit_active(cluster, name)[:2] == ["inactive", "inactive"]
+    # SIGTERM reached the ranks: they saved the iteration they were at (not a multiple of save_interval 20)
+    marker = cluster["shared"] / "checkpoints" / name / "latest_checkpointed_iteration.txt"
+    stopped_at = int(marker.read_text())
+    assert 8 <= stopped_at < 60
+    code, doc, err = megaprov("train", "--resume", name, "--output", "json")
+    assert code == 0, err[-3000:]
+    report = json.loads((cluster["shared"] / "jobs" / name / "report.json").read_text())
+    assert report["verdict"] == "passed" and report["iterations"]["last"] == 60
+    assert report["job"]["resumes"] == 1
+    assert [r["resumed_from"] for r in report["restarts"]] == [stopped_at]

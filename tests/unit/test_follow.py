@@ -113,12 +113,17 @@ def test_restart_found_by_the_iterations_going_back():
     assert log.iterations[5].tokens_per_second == pytest.approx(8 * 128 / 0.05)
 
 
-def test_restart_that_resumes_where_it_stopped_is_counted_from_the_load_line():
+def test_restart_that_resumes_where_it_stopped_is_counted_from_the_start_line():
     log = follow.JobLog(seq_length=16)
+    start = "megaprov: node node2 (node rank 1): torchrun starting at 2026-11-30T01:00:00.000Z"
+    log.feed("node2", start, 0.5)
     feed_run(log, "node2", range(1, 21), 1.0)
-    log.feed("node1", "  successfully loaded checkpoint from /c [ t 1/1, p 1/1 ] at iteration 20", 2.0)
+    log.feed("node1", start.replace("node2", "node1").replace("rank 1", "rank 0"), 1.5)  # another node: not the iterations' log
+    log.feed("node2", start, 2.0)
+    log.feed("node1", "  successfully loaded checkpoint from /c [ t 1/1, p 1/1 ] at iteration 20", 2.5)
     feed_run(log, "node2", range(21, 23), 3.0)
-    assert [(r.last_iteration, r.resumed_from, r.lost_iterations, r.first_iteration_seen) for r in log.restarts] == [(20, 20, 0, 3.0)]
+    assert [(r.seen, r.last_iteration, r.resumed_from, r.lost_iterations, r.first_iteration_seen) for r in log.restarts] == [(1.0, 20, 20, 0, 3.0)]
+    assert log.loads == [20]
 
 
 def test_node_states_from_the_script_lines():
