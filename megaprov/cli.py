@@ -340,7 +340,9 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
                 f"train: detached; job {job.name} keeps running: `megaprov job status {job.name}` or `megaprov job stop {job.name}`", markup=False
             )
         return Outcome("train", {"job": job.name, "state": "running"}, ExitCode.INTERRUPTED, None)
-    timing = {"megaprov_start_to_units_started_s": round(launched - since, 2), **jobs.first_start_seconds(outcome.log, since)}
+    timing: dict[str, Any] = {"megaprov_start_to_units_started_s": round(launched - since, 2)}
+    if not args.resume:  # a resumed job's log starts with the earlier attempts
+        timing.update(jobs.first_start_seconds(outcome.log, since))
     judged, report, paths = jobs.conclude(job, spec, planned, outcome, found.gpu.name != "cpu", timing)
     if not quiet:
         jobview.render_verdict(judged, report, paths)

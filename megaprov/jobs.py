@@ -201,7 +201,9 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
         "StandardError=inherit",
         "Restart=on-failure",
         f"RestartSec={RESTART_SEC}",
-        "KillMode=control-group",
+        # SIGTERM to the node script, which hands it to torchrun and waits; what is left after it exits is killed.
+        "KillMode=mixed",
+        "SuccessExitStatus=143",
         f"TimeoutStopSec={STOP_TIMEOUT}",
     ]
     if not lab:  # RDMA registers pinned memory; lab containers may not raise the limit
