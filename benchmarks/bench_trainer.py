@@ -70,6 +70,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.jsonl"
         data.synthetic_corpus(corpus, 1500)
+        (Path(tmp) / "data").mkdir()
         data.prepare([str(corpus)], f"{tmp}/data/lab", data.TokenizerSpec("byte", None, None, None, None), ["text"], 1, True)
         argv = render.megatron_args(spec, tmp)
         for flag, value in (("--train-iters", str(opts.iters)), ("--save-interval", "100000"), ("--global-batch-size", "4")):

@@ -417,6 +417,8 @@ def _shared_prefix(inventory: str, prefix: str) -> str:
 def _cmd_data(args: argparse.Namespace) -> Outcome:
     from megaprov import data, jobview
 
+    if args.data_command not in ("prepare", "corpus"):
+        raise UsageError("megaprov data: missing ACTION", "use `megaprov data prepare` or `megaprov data corpus`")
     err = console(stderr=True)
     quiet = args.output == "json"
     if args.data_command == "corpus":
@@ -424,8 +426,6 @@ def _cmd_data(args: argparse.Namespace) -> Outcome:
         if not quiet:
             console().print(f"data: {args.documents:,} documents, {size:,} bytes in {args.output_file}", markup=False)
         return Outcome("data corpus", {"file": args.output_file, "documents": args.documents, "bytes": size})
-    if args.data_command != "prepare":
-        raise UsageError("megaprov data: missing ACTION", "use `megaprov data prepare` or `megaprov data corpus`")
     if args.inventory:
         args.output_prefix = _shared_prefix(args.inventory, args.output_prefix)
 

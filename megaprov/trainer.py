@@ -292,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = NullTokenizer(vocab_size=args.vocab_size or 256)
     vocab = padded_vocab(tokenizer.vocab_size, args.make_vocab_size_divisible_by, tp)
     model = build_model(args, vocab, tp)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=dp_group)
+    # DDP over Megatron's data-parallel group (with one data-parallel rank there is nothing to average).
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=dp_group) if dp > 1 else model
     decay = [p for n, p in model.named_parameters() if p.ndim > 1]
     no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
     groups: list[dict[str, Any]] = [{"params": decay}, {"params": no_decay, "wd_mult": 0.0}]
@@ -362,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = torch.zeros(1)
     if args.exit_signal_handler:
         signal.signal(signal.SIGTERM, lambda *_: stop.fill_(1.0))
-    ddp.train(True)  # type: ignore[no-untyped-call]
+    params = list(model.parameters())
+    norm_params = [p for p in params if getattr(p, "tensor_model_parallel", False) or tp_rank == 0]
+    ddp.train(True)
     while iteration < args.train_iters:
         start = time.monotonic()
         optimizer.zero_grad(set_to_none=True)
@@ -374,29 +377,27 @@ def main(argv: list[str] | None = None) -> int:
             labels = torch.stack([torch.as_tensor(x["labels"]) for x in batch]).long()
             loss_mask = torch.stack([torch.as_tensor(x["loss_mask"]) for x in batch]).float()
             positions = torch.stack([torch.as_tensor(x["position_ids"]) for x in batch]).long()
-            context = ddp.no_sync() if m < accumulation - 1 else contextlib.nullcontext()
+            context = ddp.no_sync() if dp > 1 and m < accumulation - 1 else contextlib.nullcontext()
             with context:
                 losses = ddp(tokens, positions, None, labels=labels)
                 loss = (losses.float() * loss_mask).sum() / loss_mask.sum().clamp(min=1)
                 (loss / accumulation).backward()
             loss_sum += loss.detach() / accumulation
-        dist.all_reduce(loss_sum, group=dp_group)
+        if dp > 1:  # collectives over a group of one still cost a gloo round trip
+            dist.all_reduce(loss_sum, group=dp_group)
         loss_value = loss_sum.item() / dp
         # Gradient norm over the whole model: tensor-parallel shards count on every TP rank, replicated parameters once.
-        squares = torch.zeros(1)
-        for param in model.parameters():
-            if param.grad is not None and (getattr(param, "tensor_model_parallel", False) or tp_rank == 0):
-                squares += param.grad.detach().float().pow(2).sum()
-        dist.all_reduce(squares, group=tp_group)
+        counted = [p.grad for p in norm_params if p.grad is not None]
+        squares = torch.stack(torch._foreach_norm(counted)).square().sum().reshape(1) if counted else torch.zeros(1)
+        if tp > 1:
+            dist.all_reduce(squares, group=tp_group)
         grad_norm = math.sqrt(squares.item())
         if not math.isfinite(grad_norm) or not math.isfinite(loss_value):
             nan_iters += 1
             skipped += 1
         else:
             if args.clip_grad > 0 and grad_norm > args.clip_grad:
-                for param in model.parameters():
-                    if param.grad is not None:
-                        param.grad.mul_(args.clip_grad / (grad_norm + 1e-6))
+                torch._foreach_mul_([p.grad for p in params if p.grad is not None], args.clip_grad / (grad_norm + 1e-6))
             optimizer.step()
         scheduler.step(increment=gbs)
         iteration += 1

@@ -84,7 +84,7 @@ def test_validation_happens_before_any_run_directory(capsys, tmp_path, monkeypat
         (["lab", "up", "--name", "Bad_Name"], "is not a valid lab name"),
         (["lab"], "missing ACTION"),
         (["traim"], "invalid choice: 'traim'"),
-        (["train"], "the following arguments are required: --job"),
+        (["train"], "megaprov train needs --job JOB.yml"),
         (["job"], "missing ACTION"),
         (["data"], "missing ACTION"),
     ],

@@ -53,7 +53,6 @@ def test_unknown_arguments_are_returned_not_fatal():
     assert ignored == [
         "--attention-backend",
         "local",
-        "--exit-signal-handler",
         "--log-throughput",
         "--tensorboard-dir",
         "/shared/jobs/lab-tiny/tensorboard",
