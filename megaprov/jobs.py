@@ -67,12 +67,10 @@ def controller_root(found: inv.Inventory, shared: str) -> Path:
     return root
 
 
-def locate(inventory_path: str | Path, name: str, shared: str, hosts: list[str], checkpoint_dir: str) -> Job:
-    root = project_root()
-    found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
+def locate(found: inv.Inventory, name: str, shared: str, hosts: list[str], checkpoint_dir: str) -> Job:
     job_dir = posixpath.join(shared, "jobs", name)
     local = controller_root(found, shared) / "jobs" / name
-    return Job(name, Path(inventory_path).resolve(), hosts, shared, job_dir, local, checkpoint_dir, render.unit_name(name))
+    return Job(name, found.path.resolve(), hosts, shared, job_dir, local, checkpoint_dir, render.unit_name(name))
 
 
 # ---- the controller's index of jobs (so that `job status NAME` needs no -i)
@@ -240,7 +238,7 @@ def start(
     root = project_root()
     found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
     hosts = [n.host for n in rendered.nodes]
-    job = locate(inventory_path, spec.name, cluster.shared_dir, hosts, rendered.checkpoint_dir)
+    job = locate(found, spec.name, cluster.shared_dir, hosts, rendered.checkpoint_dir)
     exists = (job.local_dir / "job.json").is_file()
     if exists and not resume:
         raise UsageError(

@@ -222,14 +222,11 @@ def render_verdict(judged: Verdict, report: dict[str, Any], paths: dict[str, Pat
 
 
 def job_status(job: Job, units: dict[str, dict[str, str]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    from megaprov import jobs
+    from megaprov import jobs, launch
 
     meta = json.loads((job.local_dir / "job.json").read_text())
-    spec_seq = 0
-    for line in (job.local_dir / "spec.yml").read_text().splitlines():
-        if line.strip().startswith("seq_length:"):
-            spec_seq = int(line.split(":", 1)[1].split("#")[0])
-    log = jobs.read_log(job, spec_seq or 1)
+    spec, _ = launch.read(str(job.local_dir / "spec.yml"))
+    log = jobs.read_log(job, spec.model.seq_length)
     last = log.iterations.get(log.furthest)
     report = job.local_dir / "report.json"
     status = {
