@@ -400,16 +400,11 @@ def _cmd_job_running(args: argparse.Namespace) -> Outcome:
 
 def _shared_prefix(inventory: str, prefix: str) -> str:
     """A relative --output-prefix lands in the cluster's shared directory, where this machine sees it."""
-    from megaprov import inventory as inv
     from megaprov import jobs
-    from megaprov.paths import project_root
 
     if prefix.startswith("/"):
         raise UsageError(f"--output-prefix {prefix} is absolute but -i puts it under the shared directory", "give a relative prefix, e.g. data/lab")
-    root = project_root()
-    found = inv.load(inventory, root / "roles", root / "inventories" / "defaults.yml")
-    shared = str(found.host_var(found.hosts_of("gpu_nodes")[0], "megaprov_shared_dir", "/shared"))
-    path = jobs.controller_root(found, shared) / prefix
+    path = jobs.shared_view(inventory) / prefix
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     return str(path)
 

@@ -110,7 +110,6 @@ class JobLog:
     saves: list[int] = field(default_factory=list)
     loads: list[int] = field(default_factory=list)
     starts: dict[str, list[str]] = field(default_factory=dict)
-    exits: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     restarts: list[Restart] = field(default_factory=list)
     last_node_event: dict[str, str] = field(default_factory=dict)
     iteration_host: str = ""  # the node whose log carries the iteration lines (the last rank's)
@@ -156,7 +155,6 @@ class JobLog:
                 if m["host"] == self.iteration_host and self.current > 0 and not open_restart:
                     self.restarts.append(Restart(self.last_seen, self.current, self.current))
             else:
-                self.exits.setdefault(m["host"], []).append((int(m["rc"]), m["at"]))
                 self.last_node_event[m["host"]] = "exited-0" if int(m["rc"]) == 0 else f"failed-{m['rc']}"
         elif _SIGTERM in line:
             self.sigterm = True
@@ -279,8 +277,17 @@ def prometheus_text(job: str, log: JobLog, state: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def append_metrics(directory: Path, job: str, new: list[Iteration], log: JobLog, state: str) -> None:
+    """While following: the new iterations appended to metrics.jsonl (after a restart an iteration comes again with
+    a higher ``attempt``; the later line wins) and metrics.prom replaced. Cost per poll: what is new, not the run."""
+    if new:
+        with (directory / "metrics.jsonl").open("a") as handle:
+            handle.write("".join(json.dumps(metrics_record(it)) + "\n" for it in new))
+    _atomic(directory / "metrics.prom", prometheus_text(job, log, state))
+
+
 def write_metrics(directory: Path, job: str, log: JobLog, state: str) -> None:
-    """metrics.jsonl (one line per iteration, the latest attempt's value) and metrics.prom, both replaced whole."""
+    """At the end: metrics.jsonl with one line per iteration (the latest attempt's) and metrics.prom, replaced whole."""
     directory.mkdir(parents=True, exist_ok=True)
     _atomic(directory / "metrics.jsonl", "".join(json.dumps(metrics_record(it)) + "\n" for it in log.series()))
     _atomic(directory / "metrics.prom", prometheus_text(job, log, state))

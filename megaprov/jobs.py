@@ -67,6 +67,13 @@ def controller_root(found: inv.Inventory, shared: str) -> Path:
     return root
 
 
+def shared_view(inventory_path: str | Path) -> Path:
+    """Where this machine sees the shared directory of the cluster in ``inventory_path``."""
+    root = project_root()
+    found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
+    return controller_root(found, str(found.host_var(found.hosts_of("gpu_nodes")[0], "megaprov_shared_dir", "/shared")))
+
+
 def locate(found: inv.Inventory, name: str, shared: str, hosts: list[str], checkpoint_dir: str) -> Job:
     job_dir = posixpath.join(shared, "jobs", name)
     local = controller_root(found, shared) / "jobs" / name
@@ -98,11 +105,7 @@ def find(name: str, inventory_path: str | None = None) -> Job:
     if inventory is None:
         raise UsageError(f"no job {name!r} is known on this machine", "pass -i INVENTORY of the cluster it ran on (megaprov jobs lists known jobs)")
     if local is None or not (local / "job.json").is_file():
-        root = project_root()
-        found = inv.load(inventory, root / "roles", root / "inventories" / "defaults.yml")
-        first = found.hosts_of("gpu_nodes")[0]
-        shared = str(found.host_var(first, "megaprov_shared_dir", "/shared"))
-        local = controller_root(found, shared) / "jobs" / name
+        local = shared_view(inventory) / "jobs" / name
     if not (local / "job.json").is_file():
         raise UsageError(f"no job {name!r} in {local.parent}", "megaprov jobs lists the jobs")
     meta = json.loads((local / "job.json").read_text())
@@ -116,10 +119,7 @@ def listing(inventory_path: str | None) -> list[dict[str, Any]]:
             data = json.loads(record.read_text())
             dirs[data["name"]] = Path(data["local_dir"])
     if inventory_path:
-        root = project_root()
-        found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
-        shared = str(found.host_var(found.hosts_of("gpu_nodes")[0], "megaprov_shared_dir", "/shared"))
-        jobs_dir = controller_root(found, shared) / "jobs"
+        jobs_dir = shared_view(inventory_path) / "jobs"
         for meta in sorted(jobs_dir.glob("*/job.json")) if jobs_dir.is_dir() else []:
             dirs.setdefault(meta.parent.name, meta.parent)
     rows = []
@@ -391,17 +391,20 @@ def follow_job(
     last_news = time.monotonic()
     all_down_since: float | None = None
     shown = -1
+    (job.local_dir / "metrics.jsonl").write_text("")  # the logs are read from their start again (a resumed job)
     try:
         while True:
             now = time.time()
             news = False
+            new: list[follow.Iteration] = []
             for host, reader in readers.items():
                 for line in reader.lines():
                     news = True
-                    log.feed(host, line, now)
+                    if (it := log.feed(host, line, now)) is not None:
+                        new.append(it)
             if news:
                 last_news = time.monotonic()
-                follow.write_metrics(job.local_dir, job.name, log, "running")
+                follow.append_metrics(job.local_dir, job.name, new, log, "running")
                 if log.furthest != shown and log.furthest:
                     shown = log.furthest
                     on_progress(_progress(job.name, log))

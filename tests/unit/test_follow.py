@@ -164,6 +164,14 @@ def test_metrics_files(tmp_path):
     prom = (tmp_path / "metrics.prom").read_text()
     assert 'megaprov_job_iteration{job_name="job-a"} 6' in prom and "# TYPE megaprov_job_restarts_total counter" in prom
     assert not list(tmp_path.glob(".*.tmp"))
+    # while following, only what is new is appended; a re-logged iteration after a restart comes again, later wins
+    (tmp_path / "metrics.jsonl").write_text("")
+    follow.append_metrics(tmp_path, "job-a", log.series()[:5], log, "running")
+    again = follow.Iteration(5, 60, loss=1.5, attempt=1)
+    follow.append_metrics(tmp_path, "job-a", [again], log, "running")
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r.get("attempt")) for r in rows] == [(1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (5, 1)]
+    assert {r["iteration"]: r["loss"] for r in rows}[5] == 1.5
 
 
 def test_gpu_samples_skip_unreadable_rows(tmp_path):
