@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megaprov import follow, render, runner, verdict
+from megaprov import follow, jobmeta, render, runner, values, verdict
 from megaprov import inventory as inv
 from megaprov.errors import EnvironmentProblem, ExitCode, MegaprovError, UsageError
 from megaprov.jobspec import JobSpec
@@ -94,7 +94,9 @@ def remember(job: Job) -> None:
 
 
 def find(name: str, inventory_path: str | None = None) -> Job:
-    """A started job by name: from the index, or from the shared directory of ``inventory_path``."""
+    """A started job by name: from the index, or from the shared directory of ``inventory_path``. Its job.json is
+    checked like any input (:mod:`megaprov.jobmeta`): the cluster user can write it."""
+    values.job_name(name, "job name")
     local: Path | None = None
     inventory = inventory_path
     record_path = _index() / f"{name}.json"
@@ -108,8 +110,8 @@ def find(name: str, inventory_path: str | None = None) -> Job:
         local = shared_view(inventory) / "jobs" / name
     if not (local / "job.json").is_file():
         raise UsageError(f"no job {name!r} in {local.parent}", "megaprov jobs lists the jobs")
-    meta = json.loads((local / "job.json").read_text())
-    return Job(name, Path(inventory).resolve(), meta["hosts"], meta["shared_dir"], meta["job_dir"], local, meta["checkpoint_dir"], meta["unit"])
+    meta = jobmeta.load(local / "job.json", name)
+    return Job(name, Path(inventory).resolve(), list(meta.hosts), meta.shared_dir, meta.job_dir, local, meta.checkpoint_dir, meta.unit)
 
 
 def listing(inventory_path: str | None) -> list[dict[str, Any]]:
@@ -126,19 +128,32 @@ def listing(inventory_path: str | None) -> list[dict[str, Any]]:
     for name, local in sorted(dirs.items()):
         if not (local / "job.json").is_file():
             continue
-        meta = json.loads((local / "job.json").read_text())
-        report = local / "report.json"
+        shown = name if values.JOB_NAME.fullmatch(name) else values.shown(name)
+        try:
+            meta = jobmeta.load(local / "job.json", name)
+        except UsageError as exc:  # one damaged or hostile job does not hide the others
+            rows.append({"name": shown, "state": "invalid", "verdict": None, "nodes": 0, "started": None, "job_dir": str(local), "problem": str(exc)})
+            continue
         rows.append(
             {
                 "name": name,
-                "state": meta.get("state", "?"),
-                "verdict": json.loads(report.read_text())["verdict"] if report.is_file() else None,
-                "nodes": len(meta["hosts"]),
-                "started": meta.get("started"),
+                "state": meta.state,
+                "verdict": _report_verdict(local / "report.json"),
+                "nodes": len(meta.hosts),
+                "started": meta.started,
                 "job_dir": str(local),
             }
         )
     return rows
+
+
+def _report_verdict(path: Path) -> str | None:
+    """passed/failed from a job's report.json, or None (absent, unreadable or not megaprov's)."""
+    try:
+        verdict_value = json.loads(values.read_text(path, "report", 64 << 20)).get("verdict")
+    except (UsageError, ValueError, AttributeError):
+        return None
+    return verdict_value if verdict_value in ("passed", "failed") else None
 
 
 # ---- Ansible
@@ -179,6 +194,43 @@ def _failure(result: runner.RunResult, what: str) -> MegaprovError:
     return JobFailed(f"{what}: {first.host}: task '{first.task}' failed: {first.message}", f"see {result.artifacts}/stdout")
 
 
+# The unit's environment marks every process of the job on a node (the node script, torchrun, the ranks, the GPU
+# sampler): the stop script finds what is left of the job by it, wherever those processes were reparented.
+JOB_MARKER = "MEGAPROV_JOB_UNIT"
+
+# ExecStop of every job unit. systemd runs it on `systemctl stop` AND after the node script ended on its own (a
+# killed torchrun, an OOM kill): with $MAINPID still alive it hands SIGTERM to the node script and waits for it (the
+# ranks save a checkpoint); then nothing of the job may outlive the node script. Ranks orphaned by a killed torchrun
+# wait in collectives for peers that are gone; left to KillMode they would hold the unit in its stop phase until
+# TimeoutStopSec, and the restart with them. Killed here, the unit restarts RestartSec after the failure.
+STOP_SCRIPT = f"""#!/bin/bash
+# Written by megaprov train: ExecStop of the job's unit on every node (argument: $MAINPID, empty once it exited).
+unit=${{{JOB_MARKER}:-}}
+unset {JOB_MARKER}  # what this script starts is not part of the job
+main=${{1:-}}
+if [ -n "$main" ] && kill -0 "$main" 2>/dev/null; then
+    kill -TERM "$main"
+    while kill -0 "$main" 2>/dev/null; do sleep 0.2; done  # bounded by the unit's TimeoutStopSec
+fi
+[ -n "$unit" ] || exit 0
+left=()
+for environ in /proc/[0-9]*/environ; do
+    pid=${{environ#/proc/}}
+    pid=${{pid%/environ}}
+    [ "$pid" = "$$" ] && continue
+    while IFS= read -r -d '' entry; do
+        if [ "$entry" = "{JOB_MARKER}=$unit" ]; then left+=("$pid"); break; fi
+    done 2>/dev/null <"$environ"
+done 2>/dev/null
+if [ ${{#left[@]}} -gt 0 ]; then
+    echo "megaprov: $unit: killing ${{#left[@]}} process(es) left after the node script: ${{left[*]}}"
+    kill -KILL "${{left[@]}}" 2>/dev/null
+fi
+exit 0
+"""
+STOP_SCRIPT_FILE = "launch/stop.sh"
+
+
 def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: bool) -> str:
     lines = [
         "# Written by megaprov train; megaprov job stop stops it.",
@@ -193,13 +245,16 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
         "Type=simple",
         f"User={user}",
         f"Group={user}",
+        f"Environment={JOB_MARKER}={job.unit}",
         f"WorkingDirectory={job.job_dir}",
         f"ExecStart=/bin/bash {job.job_dir}/launch/{host}.sh",
+        # $MAINPID is systemd's: the node script's PID while it runs, empty after it exited.
+        f"ExecStop=/bin/bash {job.job_dir}/{STOP_SCRIPT_FILE} $MAINPID",
         f"StandardOutput=append:{render.node_log(job.job_dir, host)}",
         "StandardError=inherit",
         "Restart=on-failure",
         f"RestartSec={RESTART_SEC}",
-        # SIGTERM to the node script, which hands it to torchrun and waits; what is left after it exits is killed.
+        # ExecStop hands SIGTERM to the node script, which hands it to torchrun and waits; leftovers are killed there.
         "KillMode=mixed",
         "SuccessExitStatus=143",
         f"TimeoutStopSec={STOP_TIMEOUT}",
@@ -277,6 +332,7 @@ def start(
         (staging / "plan.json").write_text(json.dumps(plan_doc, indent=2) + "\n")
         (staging / "job.json").write_text(json.dumps(meta, indent=2) + "\n")
         units = {}
+        (staging / STOP_SCRIPT_FILE).write_text(STOP_SCRIPT)
         for node in rendered.nodes:
             (staging / "launch" / f"{node.host}.sh").write_text(node.script)
             units[node.host] = unit_text(spec, job, node.host, node.node_rank, user, lab)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from megaprov import runner
 from megaprov.errors import ExitCode, UsageError
 from megaprov.output import RunProgress, console, host_table, verdict_table
 from megaprov.paths import fact_cache_dir, project_root, state_dir
-from megaprov.stages import KNOWN_TAGS
+from megaprov.stages import KNOWN_TAGS, STAGES
 
 FACTS_ACTION = "megaprov_node_facts"
 MESH_ACTION = "megaprov_ssh_check"
@@ -43,10 +44,12 @@ class Report:
     checks: list[dict[str, Any]] = field(default_factory=list)
     nodes: dict[str, Any] = field(default_factory=dict)
     mesh: list[dict[str, Any]] = field(default_factory=list)
+    mesh_left_out: list[str] = field(default_factory=list)  # mesh hosts not tried: Ansible found them unreachable
     shared: list[dict[str, Any]] = field(default_factory=list)  # reader, writer, ok, error
     fabric: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> summary, ports, nccl_env
     gpu: dict[str, str] = field(default_factory=dict)  # host -> what the driver stage found
     nccl: list[str] = field(default_factory=list)  # one line per all_reduce_perf run
+    stages: list[dict[str, Any]] = field(default_factory=list)  # stage, seconds: where the time went, in order
     exit_code: ExitCode = ExitCode.OK
     error: str | None = None
 
@@ -129,9 +132,41 @@ def _report(inventory: inv.Inventory, playbook: str, result: runner.RunResult, c
     )
 
 
+def stage_plays(playbooks: Path) -> dict[str, str]:
+    """Play name -> stage, from the stage playbooks (each stage is one playbook of plays)."""
+    import yaml
+
+    out: dict[str, str] = {}
+    for stage, _ in STAGES:
+        path = playbooks / f"{stage}.yml"
+        plays = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+        for play in plays or []:
+            if isinstance(play, dict) and isinstance(play.get("name"), str):
+                out.setdefault(play["name"], stage)
+    return out
+
+
+def stage_seconds(plays: list[tuple[str, float]], stage_of: dict[str, str], ended: float) -> list[dict[str, Any]]:
+    """Elapsed seconds per stage from the start times of its plays: a stage runs from its first play's start to the
+    start of the next stage's first play (the last one to the end of the run). Pure."""
+    starts: list[tuple[str, float]] = []
+    for name, at in plays:
+        stage = stage_of.get(name)
+        if stage is None:
+            continue
+        if not starts or starts[-1][0] != stage:
+            starts.append((stage, at))
+    out = []
+    for i, (stage, at) in enumerate(starts):
+        end = starts[i + 1][1] if i + 1 < len(starts) else ended
+        out.append({"stage": stage, "seconds": round(max(0.0, end - at), 1)})
+    return out
+
+
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
     result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION))
+    stages = stage_seconds(result.plays, stage_plays(spec.playbook.parent), time.time())
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)
     gpu = {item.host: gpu_summary(item.res) for item in result.results if item.action == GPU_ACTION and "action" in item.res}
@@ -139,6 +174,7 @@ def bootstrap(request: Request) -> Report:
     mesh = sorted(
         (pair for item in result.results if item.action == MESH_ACTION for pair in item.res.get("pairs", [])), key=lambda p: (p["source"], p["peer"])
     )
+    mesh_left_out = sorted({host for item in result.results if item.action == MESH_ACTION for host in item.res.get("left_out", [])})
     shared = sorted(
         ({"reader": item.host, **check} for item in result.results if item.action == SHARED_ACTION for check in item.res.get("checks", [])),
         key=lambda c: (c["reader"], c["writer"]),
@@ -149,8 +185,35 @@ def bootstrap(request: Request) -> Report:
         if item.action == FABRIC_ACTION and "summary" in item.res
     }
     return _report(
-        inventory, "bootstrap.yml", result, code, error, checks=checks, nodes=nodes, mesh=mesh, shared=shared, fabric=fabric, gpu=gpu, nccl=nccl
+        inventory,
+        "bootstrap.yml",
+        result,
+        code,
+        error,
+        checks=checks,
+        nodes=nodes,
+        mesh=mesh,
+        mesh_left_out=mesh_left_out,
+        shared=shared,
+        fabric=fabric,
+        gpu=gpu,
+        nccl=nccl,
+        stages=stages,
     )
+
+
+def mesh_lines(mesh: list[dict[str, Any]], left_out: list[str]) -> list[str]:
+    """The ssh mesh part of the bootstrap report: the count, each failed pair, the hosts left out. Pure."""
+    lines = []
+    if mesh:
+        bad = [p["line"] for p in mesh if not p["ok"]]
+        slowest = max(p["seconds"] for p in mesh)
+        among = sorted({p["source"] for p in mesh} | {p["peer"] for p in mesh})
+        lines.append(f"ssh mesh: {len(mesh) - len(bad)}/{len(mesh)} pairs among {', '.join(among)} connect without a prompt (slowest {slowest:.2f}s)")
+        lines += [f"  {line}" for line in bad]
+    if left_out:
+        lines.append(f"ssh mesh: left out as unreachable (no pair with them was tried): {', '.join(left_out)}")
+    return lines
 
 
 def gpu_summary(state: dict[str, Any]) -> str:
@@ -213,12 +276,8 @@ def render_bootstrap(report: Report) -> None:
             if any(r["status"] != "pass" for r in report.checks)
             else "preflight: every check passed"
         )
-    if report.mesh:
-        bad = [p["line"] for p in report.mesh if not p["ok"]]
-        slowest = max(p["seconds"] for p in report.mesh)
-        out.print(f"ssh mesh: {len(report.mesh) - len(bad)}/{len(report.mesh)} pairs connect without a prompt (slowest {slowest:.2f}s)", markup=False)
-        for line in bad:
-            out.print(f"  {line}", markup=False)
+    for line in mesh_lines(report.mesh, report.mesh_left_out):
+        out.print(line, markup=False)
     if report.shared:
         bad_reads = [f"{c['reader']} <- {c['writer']}: {c['error']}" for c in report.shared if not c["ok"]]
         readers = len({c["reader"] for c in report.shared})
@@ -234,6 +293,8 @@ def render_bootstrap(report: Report) -> None:
         out.print(f"gpu: {host}: {line}", markup=False)
     for line in report.nccl:
         out.print(f"nccl: {line}", markup=False)
+    if report.stages:
+        out.print("time per stage: " + ", ".join(f"{s['stage']} {s['seconds']:.0f}s" for s in report.stages), markup=False)
     _render_failures(report)
     verdict = "ok" if report.ok else "FAILED"
     out.print(f"bootstrap {verdict}: {report.changed} change(s) in {report.seconds:.1f}s; artifacts: {report.artifacts}", markup=False)

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from megaprov.errors import EnvironmentProblem
+from megaprov.errors import EnvironmentProblem, UsageError
 
 STRATEGIES = ("linear", "free", "mitogen")
 KEEP_RUNS = 30
@@ -91,6 +91,8 @@ class RunResult:
     artifacts: Path
     seconds: float
     error_line: str = ""
+    # (play name, start time in epoch seconds) in the order the plays started
+    plays: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -114,6 +116,31 @@ def search_path() -> str:
     if not (here / "ansible-playbook").exists() and shutil.which("ansible-playbook") is None:
         raise EnvironmentProblem("ansible-playbook is not installed", "pip install megaprov (it depends on ansible-core)")
     return os.pathsep.join([str(here), os.environ.get("PATH", "/usr/bin:/bin")])
+
+
+UNSAFE_KEY = "__ansible_unsafe"
+
+
+def as_data(value: Any, where: str = "extra vars") -> Any:
+    """``value`` with every string marked unsafe, so that Ansible never templates it. Pure.
+
+    ansible-runner hands extra vars to ansible-playbook as JSON (``-e '{...}'``); Ansible's JSON decoder reads
+    ``{"__ansible_unsafe": "text"}`` as an unsafe (never templated) string, the encoding Ansible itself uses for
+    ``!unsafe`` values. Every extra var megaprov passes came from a user or a file (the job spec, job.json, the
+    inventory, ``-e``): ``"{{ lookup('pipe', ...) }}"`` must reach a play as those characters, not run on the
+    controller. tests/unit/test_runner.py runs a real play to prove it."""
+    if isinstance(value, str):
+        return {UNSAFE_KEY: value}
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str) and key.startswith("__ansible_"):
+                raise UsageError(f"{where}: key {key!r} is reserved by Ansible", "rename the variable")
+            out[str(key) if not isinstance(key, str) else key] = as_data(item, where)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [as_data(item, where) for item in value]
+    return value
 
 
 def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str | None = None) -> dict[str, Any]:
@@ -146,7 +173,7 @@ def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str 
         "playbook": str(spec.playbook),
         "inventory": [str(p) for p in spec.inventories],
         "envvars": envvars,
-        "extravars": dict(opts.extravars),
+        "extravars": as_data(dict(opts.extravars)),  # data, never templates
         # Fresh private_data_dir per run, and no env/ files: stale extravars can never leak in.
         "suppress_env_files": True,
         # The fact cache is ours (shared across runs), not one per artifact directory.
@@ -181,6 +208,15 @@ def _seconds(start: str | None, end: str | None) -> tuple[float, float] | None:
         return None
 
 
+def _epoch(stamp: Any) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def _message(res: dict[str, Any]) -> str:
     keys: tuple[str, ...] = ("msg", "stderr", "reason", "module_stderr", "stdout")
     if res.get("msg") == "non-zero return code":  # a command: its own words are more useful
@@ -203,12 +239,16 @@ class EventFolder:
         self.failures: list[Failure] = []
         self.results: list[TaskResult] = []
         self.play = ""
+        self.plays: list[tuple[str, float]] = []
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         if kind == "playbook_on_play_start":
             self.play = data.get("play", "")
+            created = _epoch(event.get("created"))
+            if created is not None:
+                self.plays.append((self.play, created))
         host = data.get("host")
         if host and kind.startswith("runner_on_") and kind not in ("runner_on_start",):
             span = _seconds(data.get("start"), data.get("end"))
@@ -293,4 +333,5 @@ def run(spec: RunSpec, on_event: Callable[[dict[str, Any]], None] | None = None,
         artifacts=artifacts,
         seconds=round(time.monotonic() - started, 2),
         error_line=error_line,
+        plays=folder.plays,
     )

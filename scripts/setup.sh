@@ -12,8 +12,12 @@ missing=()
 for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: apt-get install ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  mkdir -p .megaprov
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >.megaprov/setup-apt.log 2>&1; then
+    echo "setup: apt-get failed; the end of .megaprov/setup-apt.log:" >&2
+    tail -n 30 .megaprov/setup-apt.log >&2
+    exit 1
+  fi
 fi
 
 PYTHON=${PYTHON:-python3}
@@ -21,20 +25,38 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: create .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
 fi
-EXTRAS=${MEGAPROV_EXTRAS:-test,train}
+# What "set up" installs is defined once, as extras in pyproject.toml: `lab` is what the README's main command
+# needs (scripts/run-lab.sh), `test` is lab plus the test tools (scripts/test.sh). Nothing else chooses packages.
+EXTRAS=${MEGAPROV_EXTRAS:-lab}
+case "$EXTRAS" in
+  lab | test) ;;
+  *) echo "setup: MEGAPROV_EXTRAS=$EXTRAS: use lab (run the lab) or test (run the tests)" >&2; exit 2 ;;
+esac
 # torch first, pinned: megatron-core accepts any torch>=2.6 and pip would otherwise pick a multi-GB CUDA build.
 # The lab and CI nodes are CPU-only; point MEGAPROV_TORCH_INDEX at a CPU wheel index (for instance
 # https://download.pytorch.org/whl/cpu) where no local CPU wheel is configured for pip.
 TORCH=${MEGAPROV_TORCH:-torch==2.13.0}
+mkdir -p .megaprov
+PIP_LOG=.megaprov/setup-pip.log
+# pip is quiet unless it fails: its output goes to a log that is shown only then.
+pip_quiet() {
+  if ! .venv/bin/pip install --disable-pip-version-check --no-input "$@" >"$PIP_LOG" 2>&1; then
+    echo "setup: pip install $* failed; the end of $PIP_LOG:" >&2
+    grep -v "is ignored: it is neither a file nor a directory" "$PIP_LOG" | tail -n 40 >&2
+    exit 1
+  fi
+}
 stamp=".venv/.megaprov-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-12)-$EXTRAS"
 if [ ! -f "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip
-  if [[ ",$EXTRAS," == *",train,"* ]] && ! .venv/bin/python -c 'import torch' 2>/dev/null; then
-    echo "setup: pip install $TORCH"
-    .venv/bin/pip install -q ${MEGAPROV_TORCH_INDEX:+--index-url "$MEGAPROV_TORCH_INDEX"} "$TORCH"
+  if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
+    echo "setup: pip install $TORCH (CPU build)"
+    pip_quiet ${MEGAPROV_TORCH_INDEX:+--index-url "$MEGAPROV_TORCH_INDEX"} "$TORCH"
   fi
   echo "setup: pip install -e .[$EXTRAS]"
-  .venv/bin/pip install -q -e ".[$EXTRAS]"
+  pip_quiet -e ".[$EXTRAS]"
+  # The extras are the contract: fail here, not halfway through the main command, when one did not install.
+  .venv/bin/python -c 'import torch, megatron.core, tokenizers, ansible_runner, megaprov' || { echo "setup: the $EXTRAS environment is incomplete" >&2; exit 1; }
+  rm -f .venv/.megaprov-*
   touch "$stamp"
 fi
 .venv/bin/python scripts/install-collections.py

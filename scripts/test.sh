@@ -3,7 +3,7 @@
 # unit and CLI tests, ruff/mypy/ansible-lint, every Molecule scenario and the lab integration tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+MEGAPROV_EXTRAS=test ./scripts/setup.sh
 export CONTAINERS_CONF="$PWD/megaprov/lab_files/containers.conf"
 export PATH="$PWD/.venv/bin:$PATH"
 # megaprov supports Python 3.11 and 3.12 controllers: where a 3.12 interpreter exists, the unit and CLI

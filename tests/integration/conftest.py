@@ -1,14 +1,17 @@
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "itest"
+README_LAB = "readme-ci"
 CONTAINERS_CONF = str(ROOT / "megaprov" / "lab_files" / "containers.conf")
 
 
@@ -47,3 +50,101 @@ def lab3():
         yield doc["result"]
     finally:
         megaprov("lab", "down", "--name", LAB, "--output", "json")
+
+
+def git_head(root: Path) -> str:
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def fresh_env() -> dict[str, str]:
+    """The environment of a newcomer's shell: none of this checkout's venv, no podman settings of the test run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONTAINERS_CONF", "MEGAPROV_STATE", "MEGAPROV_ROOT", "PYTHONPATH")}
+    here = str(ROOT / ".venv" / "bin")
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p != here)
+    env["NO_COLOR"] = "1"
+    return env
+
+
+@pytest.fixture(scope="session")
+def readme_run(tmp_path_factory):
+    """The README's main command, `./scripts/run-lab.sh`, from a fresh clone of the commit under test: its own venv,
+    its own 3-node lab, bootstrap, data, and the training run to the verdict, with one core of this machine kept
+    busy from the end of the bootstrap on (the verdict must hold on a busy machine). The bootstrapped lab it leaves
+    is the cluster of the tests that need one; it is removed at the end of the session."""
+    clone = tmp_path_factory.mktemp("readme") / "megaprov"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+    env = {**fresh_env(), "MEGAPROV_LAB_NAME": README_LAB}
+    megaprov_clone = [str(clone / ".venv" / "bin" / "megaprov")]
+    if (clone / ".venv").exists():
+        pytest.fail("the fresh clone already has a .venv")
+    subprocess.run(megaprov_clone + ["lab", "down", "--name", README_LAB], env=env, capture_output=True, check=False) if Path(
+        megaprov_clone[0]
+    ).exists() else None
+    # leftovers of an interrupted run, removed by name with podman itself (the clone has no megaprov yet)
+    podman_env = {**os.environ, "CONTAINERS_CONF": CONTAINERS_CONF}
+    names = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True, env=podman_env).stdout.split()
+    stale = [n for n in names if n.startswith(f"megaprov-{README_LAB}-")]
+    if stale:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", *stale], capture_output=True, env=podman_env, check=False)
+    subprocess.run(["podman", "network", "rm", "-f", f"megaprov-{README_LAB}"], capture_output=True, env=podman_env, check=False)
+    subprocess.run(["podman", "volume", "rm", "-f", f"megaprov-lab-{README_LAB}-shared"], capture_output=True, env=podman_env, check=False)
+
+    started = time.monotonic()
+    log_path = clone.parent / "run-lab.log"
+    burner = None
+    marks: dict[str, float] = {}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            ["./scripts/run-lab.sh"], cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL
+        )
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if line.startswith("bootstrap ok") and burner is None:
+                    marks["bootstrap"] = time.monotonic() - started
+                    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                if line.startswith("verdict for job"):
+                    marks["train"] = time.monotonic() - started
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            if burner is not None:
+                burner.kill()
+    output = log_path.read_text()
+    inventory = clone / "inventories" / "lab" / README_LAB / "inventory.ini"
+    try:
+        yield {
+            "clone": clone,
+            "code": code,
+            "output": output,
+            "seconds": round(time.monotonic() - started, 1),
+            "marks": marks,
+            "burner": burner is not None,
+            "inventory": str(inventory),
+            "nodes": _lab_nodes(inventory) if inventory.is_file() else [],
+        }
+    finally:
+        if Path(megaprov_clone[0]).exists():
+            subprocess.run(megaprov_clone + ["lab", "down", "--name", README_LAB], env=env, capture_output=True, check=False, timeout=300)
+
+
+def _lab_nodes(inventory: Path) -> list[dict[str, str]]:
+    """name, address and container of each node of a lab inventory (as `lab up --output json` gives them)."""
+    lab = inventory.parent.name
+    nodes = []
+    for line in inventory.read_text().splitlines():
+        match = re.match(r"^(node\d+) .*ansible_host=(\S+)", line)
+        if match and match.group(1) not in [n["name"] for n in nodes]:
+            nodes.append({"name": match.group(1), "address": match.group(2), "container": f"megaprov-{lab}-{match.group(1)}"})
+    return nodes
+
+
+@pytest.fixture(scope="session")
+def bootstrapped(readme_run):
+    """The README run's lab: bootstrapped, trained once; the cluster of every test that needs a converged lab."""
+    if readme_run["code"] != 0 or not readme_run["nodes"]:
+        pytest.fail(f"the README's main command failed (exit {readme_run['code']}): {readme_run['output'][-3000:]}")
+    return {"inventory": readme_run["inventory"], "nodes": readme_run["nodes"], "lab": README_LAB}

@@ -44,36 +44,40 @@ def test_check_mode_on_fresh_nodes_changes_nothing(lab3):
         assert podman_exec(container, "test", "-e", "/opt/megaprov/venv").returncode != 0, "check mode created the venv"
 
 
-def test_bootstrap_converges_then_changes_nothing(lab3):
-    code, first, err = megaprov("bootstrap", lab3["inventory"], "--output", "json")
+def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
+    # The README run bootstrapped this lab from a fresh clone and trained on it; bootstrapping again must find
+    # nothing to do (a training job writes into the shared directory as the cluster user).
+    code, again, err = megaprov("bootstrap", bootstrapped["inventory"], "--output", "json")
     assert code == 0, err
-    assert first["ok"] and first["result"]["changed"] > 0
-    assert {h["host"] for h in first["result"]["hosts"]} >= {"node1", "node2", "node3"}
-    assert Path(first["result"]["artifacts"]).is_dir()
-    code, second, err = megaprov("bootstrap", lab3["inventory"], "--output", "json")
-    assert code == 0, err
-    assert second["result"]["changed"] == 0, [h for h in second["result"]["hosts"] if h["changed"]]
+    assert again["result"]["changed"] == 0, [h for h in again["result"]["hosts"] if h["changed"]]
+    assert {h["host"] for h in again["result"]["hosts"]} >= {"node1", "node2", "node3"}
+    assert Path(again["result"]["artifacts"]).is_dir()
+    # where the time went, stage by stage, in order
+    assert [s["stage"] for s in again["result"]["stages"]] == [
+        "validate", "preflight", "base", "ssh_mesh", "storage", "gpu", "fabric", "nccl", "python"
+    ]
+    assert all(s["seconds"] >= 0 for s in again["result"]["stages"])
     # GPU stack on GPU-less nodes: the driver stage says so per node, nothing NVIDIA is installed, and the
     # training environment is real (torch's CPU build and megatron-core 0.16.1 from the lab wheelhouse).
-    assert first["result"]["gpu"] == {h: "skipped: no GPU on the PCI bus" for h in ("node1", "node2", "node3")}
-    for container in containers(lab3):
+    assert again["result"]["gpu"] == {h: "skipped: no GPU on the PCI bus" for h in ("node1", "node2", "node3")}
+    for container in containers(bootstrapped):
         assert podman_exec(container, "test", "-e", "/etc/apt/sources.list.d/megaprov-cuda.sources").returncode != 0
         probe = "import torch, megatron.core as m; print(torch.__version__, torch.version.cuda, m.__version__)"
         out = podman_exec(container, "/opt/megaprov/venv/bin/python", "-c", probe)
         assert out.stdout.split() == ["2.13.0+cpu", "None", "0.16.1"], out.stderr[-2000:]
     # The mesh is real: node3 reaches node1 as the cluster user by name.
-    out = podman_exec(containers(lab3)[2], "su", "-", "megaprov", "-c", "ssh -o BatchMode=yes node1 hostname")
+    out = podman_exec(containers(bootstrapped)[2], "su", "-", "megaprov", "-c", "ssh -o BatchMode=yes node1 hostname")
     assert out.returncode == 0 and out.stdout.strip() == "node1", out.stderr
 
 
-def test_check_mode_after_converge_reports_no_change(lab3):
-    code, doc, err = megaprov("bootstrap", lab3["inventory"], "--check", "--output", "json")
+def test_check_mode_after_converge_reports_no_change(bootstrapped):
+    code, doc, err = megaprov("bootstrap", bootstrapped["inventory"], "--check", "--output", "json")
     assert code == 0, err
     assert doc["result"]["changed"] == 0
 
 
-def test_storage_and_fabric_are_in_the_report(lab3):
-    code, doc, err = megaprov("bootstrap", lab3["inventory"], "--tags", "storage,fabric", "--output", "json")
+def test_storage_and_fabric_are_in_the_report(bootstrapped):
+    code, doc, err = megaprov("bootstrap", bootstrapped["inventory"], "--tags", "storage,fabric", "--output", "json")
     assert code == 0, err
     shared = doc["result"]["shared"]
     assert sorted((c["reader"], c["writer"]) for c in shared) == [(r, w) for r in ("node1", "node2", "node3") for w in ("node1", "node2", "node3")]
@@ -81,19 +85,20 @@ def test_storage_and_fabric_are_in_the_report(lab3):
     fabric = doc["result"]["fabric"]
     line = "no RDMA device: NCCL will use TCP sockets on eth0"
     assert {h: f["summary"] for h, f in fabric.items()} == {h: line for h in ("node1", "node2", "node3")}
-    env = podman_exec(containers(lab3)[1], "cat", "/etc/megaprov/nccl.env").stdout
+    env = podman_exec(containers(bootstrapped)[1], "cat", "/etc/megaprov/nccl.env").stdout
     assert "NCCL_SOCKET_IFNAME=eth0" in env and "GLOO_SOCKET_IFNAME=eth0" in env and "NCCL_IB_DISABLE=1" in env
 
 
-def test_kernel_nfs_fails_fast_where_the_kernel_has_none(lab3):
-    code, doc, err = megaprov("bootstrap", lab3["inventory"], "--tags", "storage", "-e", "nfs_server_implementation=kernel", "--output", "json")
+def test_kernel_nfs_fails_fast_where_the_kernel_has_none(bootstrapped):
+    inventory = bootstrapped["inventory"]
+    code, doc, err = megaprov("bootstrap", inventory, "--tags", "storage", "-e", "nfs_server_implementation=kernel", "--output", "json")
     assert code == 3
     assert "node1" in doc["error"] and "this kernel has no NFS server support" in doc["error"]
     assert "set nfs_server_implementation: ganesha" in doc["error"]
 
 
-def test_preflight_reports_every_node_gpu_less_and_passing(lab3):
-    code, doc, err = megaprov("preflight", lab3["inventory"], "--output", "json")
+def test_preflight_reports_every_node_gpu_less_and_passing(bootstrapped):
+    code, doc, err = megaprov("preflight", bootstrapped["inventory"], "--output", "json")
     assert code == 0, err
     checks = doc["result"]["checks"]
     gpu_rows = [c for c in checks if c["check"] == "gpus"]
@@ -103,17 +108,17 @@ def test_preflight_reports_every_node_gpu_less_and_passing(lab3):
     assert node["os"]["id"] == "debian" and node["disk"]["write_mb_s"] > 0
 
 
-def test_preflight_fails_a_gpu_node_without_gpus(lab3):
-    code, doc, err = megaprov("preflight", lab3["inventory"], "-e", "megaprov_gpu_expected=true", "--output", "json")
+def test_preflight_fails_a_gpu_node_without_gpus(bootstrapped):
+    code, doc, err = megaprov("preflight", bootstrapped["inventory"], "-e", "megaprov_gpu_expected=true", "--output", "json")
     assert code == 6
     assert "node1: gpus: no NVIDIA GPU found on a gpu_nodes host" in doc["error"]
 
 
-def test_a_broken_pair_is_reported_by_name(lab3):
-    node3 = containers(lab3)[2]
+def test_a_broken_pair_is_reported_by_name(bootstrapped):
+    node3 = containers(bootstrapped)[2]
     podman_exec(node3, "sh", "-c", "echo 'DenyUsers megaprov' > /etc/ssh/sshd_config.d/deny.conf && systemctl reload ssh")
     try:
-        code, doc, err = megaprov("bootstrap", lab3["inventory"], "--tags", "ssh_mesh", "--output", "json")
+        code, doc, err = megaprov("bootstrap", bootstrapped["inventory"], "--tags", "ssh_mesh", "--output", "json")
         assert code == 3
         assert "2 of 6 SSH pairs failed as megaprov" in doc["error"]
         assert "node1 -> node3" in doc["error"] and "node2 -> node3" in doc["error"]

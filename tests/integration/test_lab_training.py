@@ -18,20 +18,17 @@ UNIT = "megaprov-job-{}.service"
 
 
 @pytest.fixture(scope="module")
-def cluster(lab3, tmp_path_factory):
-    """The session lab, bootstrapped (the bootstrap tests do it when they run first), with prepared data."""
-    nodes = lab3["nodes"]
-    if any(podman_exec(n["container"], "test", "-x", "/opt/megaprov/venv/bin/python").returncode for n in nodes):
-        code, _, err = megaprov("bootstrap", lab3["inventory"], "--output", "json")
-        assert code == 0, err
+def cluster(bootstrapped, tmp_path_factory):
+    """The README run's lab (bootstrapped from a fresh clone, trained once), with this module's prepared data."""
     corpus = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
     code, _, err = megaprov("data", "corpus", "--output-file", str(corpus), "--documents", "1500")
     assert code == 0, err
-    code, doc, err = megaprov("data", "prepare", "--input", str(corpus), "--output-prefix", "data/lab", "-i", lab3["inventory"], "--output", "json")
+    inventory = bootstrapped["inventory"]
+    code, doc, err = megaprov("data", "prepare", "--input", str(corpus), "--output-prefix", "data/lab", "-i", inventory, "--output", "json")
     assert code == 0, err
-    shared = yaml.safe_load((Path(lab3["inventory"]).parent / "group_vars" / "all.yml").read_text())["megaprov_controller_shared_dir"]
+    shared = yaml.safe_load((Path(inventory).parent / "group_vars" / "all.yml").read_text())["megaprov_controller_shared_dir"]
     assert doc["result"]["prefixes"]["text"] == f"{shared}/data/lab_text_document"
-    return {**lab3, "shared": Path(shared)}
+    return {**bootstrapped, "shared": Path(shared)}
 
 
 def job_file(tmp_path, name, **changes):

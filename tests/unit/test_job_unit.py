@@ -1,0 +1,82 @@
+"""The systemd unit of a training job on a node, and its stop script: nothing of a job outlives its node script."""
+
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+from megaprov import jobs, jobspec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _job() -> jobs.Job:
+    hosts = ["node1", "node2"]
+    return jobs.Job("tiny", Path("/inv"), hosts, "/shared", "/shared/jobs/tiny", Path("/x"), "/shared/checkpoints/tiny", "megaprov-job-tiny.service")
+
+
+def _unit(job: jobs.Job) -> dict[str, list[str]]:
+    spec = jobspec.parse((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())
+    text = jobs.unit_text(spec, job, "node2", 1, "megaprov", lab=True)
+    keys: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            keys.setdefault(key, []).append(value)
+    return keys
+
+
+def test_the_unit_marks_the_job_and_stops_through_the_stop_script():
+    unit = _unit(_job())
+    assert unit["Environment"] == ["MEGAPROV_JOB_UNIT=megaprov-job-tiny.service"]
+    assert unit["ExecStart"] == ["/bin/bash /shared/jobs/tiny/launch/node2.sh"]
+    assert unit["ExecStop"] == ["/bin/bash /shared/jobs/tiny/launch/stop.sh $MAINPID"]
+    assert unit["Restart"] == ["on-failure"] and unit["RestartSec"] == [str(jobs.RESTART_SEC)]
+    assert unit["KillMode"] == ["mixed"] and unit["User"] == ["megaprov"]
+
+
+def _marked(unit: str, *argv: str) -> subprocess.Popen:
+    # start_new_session: like ranks orphaned by a killed torchrun, they are nobody's children here
+    return subprocess.Popen(list(argv), env={**os.environ, "MEGAPROV_JOB_UNIT": unit}, start_new_session=True)
+
+
+def _stop(tmp_path: Path, unit: str, mainpid: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "stop.sh"
+    script.write_text(jobs.STOP_SCRIPT)
+    return subprocess.run(["bash", str(script), mainpid], env={**os.environ, "MEGAPROV_JOB_UNIT": unit}, capture_output=True, text=True, timeout=30)
+
+
+def test_processes_left_after_the_node_script_are_killed_and_no_others(tmp_path):
+    unit = f"megaprov-job-t{os.getpid()}.service"
+    orphans = [_marked(unit, "sleep", "300") for _ in range(2)]
+    other_job = _marked(unit.replace(".service", "-other.service"), "sleep", "300")
+    unmarked = subprocess.Popen(["sleep", "300"])
+    try:
+        out = _stop(tmp_path, unit, "")  # the node script is gone: $MAINPID is empty
+        assert out.returncode == 0, out.stderr
+        assert "killing 2 process(es) left after the node script" in out.stdout
+        for proc in orphans:
+            assert proc.wait(timeout=5) == -9
+        assert other_job.poll() is None and unmarked.poll() is None, "the stop script killed a process of another job"
+    finally:
+        for proc in (*orphans, other_job, unmarked):
+            proc.kill()
+
+
+def test_a_running_node_script_gets_sigterm_and_is_waited_for(tmp_path):
+    unit = f"megaprov-job-m{os.getpid()}.service"
+    flag = tmp_path / "saved"
+    # A node script that "saves a checkpoint" for 1 s on SIGTERM before it exits; started in the background of a
+    # shell that exits, so that init reaps it as systemd reaps a unit's main process (no zombie left to wait for).
+    node_script = f"trap 'sleep 1; touch {flag}; exit 143' TERM; while :; do sleep 0.1; done"
+    pidfile = tmp_path / "main.pid"
+    _marked(unit, "bash", "-c", f"bash -c {shlex.quote(node_script)} & echo $! > {pidfile}").wait(timeout=5)
+    main = pidfile.read_text().strip()
+    time.sleep(0.3)
+    started = time.monotonic()
+    out = _stop(tmp_path, unit, main)
+    assert out.returncode == 0, out.stderr
+    assert flag.exists(), "the stop script did not wait for the node script to finish"
+    assert not Path(f"/proc/{main}").exists()
+    assert time.monotonic() - started >= 0.9
