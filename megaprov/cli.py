@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     _job_parsers(sub)
     lab_down.add_argument("--name", default="default")
     lab_down.add_argument("--output", choices=("text", "json"), default="text")
+    for action, text in (("stop", "stop one node (its disk and address stay)"), ("start", "start a stopped node; wait for boot and SSH")):
+        lab_node = lab_sub.add_parser(action, help=text)
+        lab_node.add_argument("node", metavar="NODE", help="inventory name of the node, e.g. node3")
+        lab_node.add_argument("--name", default="default")
+        lab_node.add_argument("--output", choices=("text", "json"), default="text")
     return parser
 
 
@@ -455,7 +460,9 @@ def _cmd_data(args: argparse.Namespace) -> Outcome:
 
 def _cmd_lab(args: argparse.Namespace) -> Outcome:
     if not args.lab_command:
-        raise UsageError("megaprov lab: missing ACTION", "use `megaprov lab up`, `megaprov lab status` or `megaprov lab down`")
+        raise UsageError("megaprov lab: missing ACTION", "use `megaprov lab up`, `lab status`, `lab stop|start NODE` or `lab down`")
+    import time
+
     from megaprov import lab
     from megaprov.paths import project_root
 
@@ -490,7 +497,15 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
         if not quiet:
             out.print(f"lab {args.name}: removed {len(removed)} object(s)" if removed else f"lab {args.name}: nothing to remove", markup=False)
         return Outcome("lab down", {"name": args.name, "removed": removed})
-    raise UsageError(f"megaprov lab: unknown ACTION {args.lab_command}", "use up, status or down")
+    if args.lab_command in ("stop", "start"):
+        began = time.monotonic()
+        node = lab.stop(args.name, args.node) if args.lab_command == "stop" else lab.start(root, args.name, args.node, progress)
+        seconds = round(time.monotonic() - began, 1)
+        if not quiet:
+            where = f" at {node.address}, host key unchanged" if args.lab_command == "start" else ""
+            out.print(f"lab {args.name}: {node.name} {node.state}{where} ({seconds}s)", markup=False)
+        return Outcome(f"lab {args.lab_command}", {"name": args.name, "node": node, "seconds": seconds})
+    raise UsageError(f"megaprov lab: unknown ACTION {args.lab_command}", "use up, status, stop, start or down")
 
 
 def _request(args: argparse.Namespace, **flags: Any) -> Any:

@@ -3,11 +3,16 @@
 ``up`` builds the node image once (debootstrap -> podman import -> podman build, cached by the
 hash of its build files), starts N nodes on their own network, pins their host keys and writes
 ``inventories/lab/<name>/``. ``down`` removes exactly what ``up`` made, found by name and label.
+
+Each lab has its own /24 (chosen from LAB_POOL by the lab's name, skipping subnets in use) and each node a
+fixed address in it (nodeN = .N+1), so a node keeps its address across ``stop``/``start`` as a real node does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import json
 import os
 import shutil
 import socket
@@ -26,11 +31,16 @@ Progress = Callable[[str], None]
 BASE_IMAGE = "localhost/megaprov-base:bookworm"
 NODE_IMAGE = "localhost/megaprov-node"
 LABEL = "io.megaprov.lab"
+ADDRESS_LABEL = "io.megaprov.lab.address"  # the node's fixed address, shown while it is stopped
 LAB_SHARED_DIR = "/shared"  # megaprov_shared_dir's default
 LAB_WHEELHOUSE = "/srv/megaprov/wheelhouse"  # pytorch_wheelhouse on lab nodes
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,openssh-server,sudo,iproute2,procps,ca-certificates,locales"
 HOST_CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 MAX_NODES = 32
+# Lab subnets: /24s of 10.90.0.0/16, clear of podman's default pool (10.89.0.0/16) that unnamed networks,
+# Molecule's among them, take from.
+LAB_POOL = ipaddress.IPv4Network("10.90.0.0/16")
+LAB_PREFIX = 24
 
 
 @dataclass(frozen=True)
@@ -152,12 +162,14 @@ def _inspect(lab: str | None) -> list[tuple[str, Node]]:
         "{{.State.Status}}",
         "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
         "{{.Config.Hostname}}",
+        '{{index .Config.Labels "' + ADDRESS_LABEL + '"}}',
     ]
     fmt = "|".join(fields)
     found = []
     for line in podman("inspect", "--format", fmt, *names).splitlines():
-        owner, cname, state, address, hostname = (line.split("|") + [""] * 5)[:5]
-        found.append((owner, Node(hostname, cname, address, state)))
+        owner, cname, state, address, hostname, fixed = (line.split("|") + [""] * 6)[:6]
+        # A stopped container has no address on its network; a lab node keeps its fixed one.
+        found.append((owner, Node(hostname, cname, address or ("" if fixed.startswith("<no value>") else fixed), state)))
     return sorted(found, key=lambda item: (item[0], int(item[1].container.rsplit("node", 1)[1] or 0)))
 
 
@@ -222,6 +234,124 @@ def _wait_ssh(address: str, key: Path, known_hosts: Path, deadline: float) -> No
                 f"lab node {address} is not reachable over SSH ({reason})", "run `megaprov lab down` and `megaprov lab up` again"
             )
         time.sleep(0.5)
+
+
+def choose_subnet(lab: str, used: list[str]) -> str:
+    """The lab's /24: the one its name hashes to, or the next one that overlaps nothing in ``used``. Pure.
+
+    The same name gets the same subnet whenever it is free, so a lab that is recreated gets its old addresses back.
+    """
+    taken = [ipaddress.ip_network(u, strict=False) for u in used]
+    candidates = list(LAB_POOL.subnets(new_prefix=LAB_PREFIX))
+    start = int.from_bytes(hashlib.sha256(lab.encode()).digest()[:4], "big") % len(candidates)
+    for offset in range(len(candidates)):
+        subnet = candidates[(start + offset) % len(candidates)]
+        if not any(subnet.overlaps(t) for t in taken if t.version == 4):
+            return str(subnet)
+    raise EnvironmentProblem(f"every /24 of {LAB_POOL} is in use", "remove labs you no longer need (`megaprov lab status`, `megaprov lab down`)")
+
+
+def node_address(subnet: str, index: int) -> str:
+    """The fixed address of node ``index`` (1-based) in the lab's subnet: .1 is the gateway, node1 is .2. Pure."""
+    net = ipaddress.IPv4Network(subnet)
+    if not 1 <= index <= min(MAX_NODES, net.num_addresses - 3):
+        raise UsageError(f"node {index} does not fit in subnet {subnet}", f"use 1 to {MAX_NODES} nodes")
+    return str(net.network_address + 1 + index)
+
+
+def used_subnets() -> list[str]:
+    """Subnets this machine already uses: every podman network's and every address on a host interface."""
+    used: list[str] = []
+    names = podman("network", "ls", "--format", "{{.Name}}").split()
+    if names:
+        for net in json.loads(podman("network", "inspect", *names) or "[]"):
+            used += [s["subnet"] for s in net.get("subnets") or [] if s.get("subnet")]
+    proc = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False)
+    for line in proc.stdout.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            used.append(fields[fields.index("inet") + 1])
+    return used
+
+
+def network_create_argv(lab: str, subnet: str) -> list[str]:
+    """The podman arguments that create the lab's network with its own subnet. Pure."""
+    return ["network", "create", "--subnet", subnet, "--label", f"{LABEL}={lab}", network_name(lab)]
+
+
+def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | None, wheels: Path) -> list[str]:
+    """The podman arguments that create node ``index`` of the lab at its fixed address. Pure."""
+    cname = container_name(lab, index)
+    args = [
+        "create",
+        "--name",
+        cname,
+        "--hostname",
+        f"node{index}",
+        "--label",
+        f"{LABEL}={lab}",
+        "--label",
+        f"{ADDRESS_LABEL}={node_address(subnet, index)}",
+        "--network",
+        network_name(lab),
+        "--ip",
+        node_address(subnet, index),
+        "--network-alias",
+        f"node{index}",
+        "--no-hosts",
+        "--systemd",
+        "always",
+    ]
+    if ca:
+        args += ["-v", f"{ca}:/etc/host-ca.crt:ro"]
+    args += ["-v", f"{wheels}:{LAB_WHEELHOUSE}:ro"]
+    # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (the volume, not the
+    # overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle. The kernel here has no NFS
+    # client, so the other nodes get the same volume at the same path, standing in for the kernel mount a
+    # real node has (training reads data and writes checkpoints and logs there).
+    args += ["-v", f"{volume_name(lab)}:{LAB_SHARED_DIR}"]
+    if index == 1:
+        args += ["--cap-add", "DAC_READ_SEARCH"]
+    return [*args, image]
+
+
+def _network_subnet(lab: str) -> str | None:
+    """The subnet of the lab's network, or None when it does not exist."""
+    if subprocess.run(["podman", "network", "exists", network_name(lab)], env=podman_env(), check=False).returncode != 0:
+        return None
+    found = json.loads(podman("network", "inspect", network_name(lab)) or "[]")
+    subnets = [s["subnet"] for net in found for s in net.get("subnets") or [] if ":" not in s.get("subnet", ":")]
+    return subnets[0] if subnets else None
+
+
+def ensure_network(lab: str, progress: Progress = _quiet) -> str:
+    """Create the lab's network on a subnet of its own unless it exists; return its subnet."""
+    subnet = _network_subnet(lab)
+    if subnet:
+        return subnet
+    used = used_subnets()
+    for _ in range(8):  # another lab may take the same subnet between our look and our create
+        subnet = choose_subnet(lab, used)
+        progress(f"create network {network_name(lab)} ({subnet})")
+        proc = subprocess.run(["podman", *network_create_argv(lab, subnet)], capture_output=True, text=True, env=podman_env(), check=False)
+        if proc.returncode == 0:
+            return subnet
+        existing = _network_subnet(lab)
+        if existing:  # created by a concurrent `lab up` of the same name
+            return existing
+        used.append(subnet)
+    raise EnvironmentProblem(f"podman could not create network {network_name(lab)}: {proc.stderr.strip()[-200:]}", "see `podman network ls`")
+
+
+def _host_key(node: Node, deadline: float) -> str:
+    """The node's ed25519 host key as ``TYPE BASE64`` (generated at its first boot)."""
+    while True:
+        host_key = podman("exec", node.container, "sh", "-c", "cat /etc/ssh/ssh_host_ed25519_key.pub 2>/dev/null || true").split()[:2]
+        if host_key:
+            return " ".join(host_key)
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem(f"lab node {node.name} has no SSH host key", f"inspect it with `podman logs {node.container}`")
+        time.sleep(0.3)
 
 
 def lab_dir(root: Path, lab: str) -> Path:
@@ -289,40 +419,12 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     if not key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"megaprov-lab-{lab}", "-f", str(key)], check=True)
     if not existing:
-        progress(f"create network {network_name(lab)}")
-        if subprocess.run(["podman", "network", "exists", network_name(lab)], env=podman_env(), check=False).returncode != 0:
-            podman("network", "create", "--label", f"{LABEL}={lab}", network_name(lab))
+        subnet = ensure_network(lab, progress)
         ca = next((c for c in HOST_CA_CANDIDATES if Path(c).is_file()), None)
         for index in range(1, count + 1):
             cname = container_name(lab, index)
-            progress(f"start {cname} ({index}/{count})")
-            args = [
-                "create",
-                "--name",
-                cname,
-                "--hostname",
-                f"node{index}",
-                "--label",
-                f"{LABEL}={lab}",
-                "--network",
-                network_name(lab),
-                "--network-alias",
-                f"node{index}",
-                "--no-hosts",
-                "--systemd",
-                "always",
-            ]
-            if ca:
-                args += ["-v", f"{ca}:/etc/host-ca.crt:ro"]
-            args += ["-v", f"{wheels}:{LAB_WHEELHOUSE}:ro"]
-            # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (the volume, not the
-            # overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle. The kernel here has no NFS
-            # client, so the other nodes get the same volume at the same path, standing in for the kernel mount a
-            # real node has (training reads data and writes checkpoints and logs there).
-            args += ["-v", f"{volume_name(lab)}:{LAB_SHARED_DIR}"]
-            if index == 1:
-                args += ["--cap-add", "DAC_READ_SEARCH"]
-            podman(*args, tag)
+            progress(f"start {cname} at {node_address(subnet, index)} ({index}/{count})")
+            podman(*node_create_argv(lab, index, subnet, tag, ca, wheels))
             podman("cp", str(key.with_suffix(".pub")), f"{cname}:/root/.ssh/authorized_keys")
             podman("start", cname)
     deadline = time.monotonic() + boot_timeout
@@ -331,14 +433,7 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     for index, node in enumerate(members, start=1):
         progress(f"wait for {node.name} to boot ({index}/{count})")
         _wait_booted(node.container, deadline)
-        host_key = ""
-        while not host_key:
-            host_key = podman("exec", node.container, "sh", "-c", "cat /etc/ssh/ssh_host_ed25519_key.pub 2>/dev/null || true").strip()
-            if not host_key:
-                if time.monotonic() > deadline:
-                    raise EnvironmentProblem(f"lab node {node.name} has no SSH host key", f"inspect it with `podman logs {node.container}`")
-                time.sleep(0.3)
-        pins.append(f"{node.address},{node.name} {' '.join(host_key.split()[:2])}")
+        pins.append(f"{node.address},{node.name} {_host_key(node, deadline)}")
     known_hosts.write_text("\n".join(pins) + "\n")
     for index, node in enumerate(members, start=1):
         progress(f"wait for SSH on {node.name} ({index}/{count})")
@@ -373,3 +468,76 @@ def down(root: Path, lab: str, progress: Progress = _quiet) -> list[str]:
         shutil.rmtree(directory)
         removed.append(str(directory))
     return removed
+
+
+def find_node(lab: str, name: str) -> Node:
+    """One node of an existing lab by its inventory name (node3); a usage error names what exists."""
+    validate_name(lab)
+    members = nodes(lab)
+    if not members:
+        raise UsageError(f"lab {lab!r} does not exist", "see `megaprov lab status`, or start it with `megaprov lab up --name " + lab + "`")
+    for node in members:
+        if node.name == name:
+            return node
+    raise UsageError(f"lab {lab!r} has no node {name!r}", "use one of: " + ", ".join(n.name for n in members))
+
+
+def pinned_keys(known_hosts: str) -> dict[str, str]:
+    """Host name or address -> pinned ``TYPE BASE64``, from the lab's known_hosts (``ADDRESS,NAME TYPE KEY``). Pure."""
+    pins: dict[str, str] = {}
+    for line in known_hosts.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and not line.startswith("#"):
+            for host in fields[0].split(","):
+                pins[host] = " ".join(fields[1:3])
+    return pins
+
+
+def inventory_addresses(inventory: str) -> dict[str, str]:
+    """Node name -> ansible_host from the inventory ``render_inventory`` writes. Pure."""
+    found: dict[str, str] = {}
+    for line in inventory.splitlines():
+        fields = line.split()
+        for field in fields[1:]:
+            if field.startswith("ansible_host="):
+                found[fields[0]] = field.split("=", 1)[1]
+    return found
+
+
+def stop(lab: str, name: str, timeout: float = 30) -> Node:
+    """Stop one node the way a machine is powered off (systemd shuts down; the container and its disk stay)."""
+    node = find_node(lab, name)
+    podman("stop", "-t", str(int(timeout)), node.container, timeout=timeout + 30)
+    return find_node(lab, name)
+
+
+def start(root: Path, lab: str, name: str, progress: Progress = _quiet, boot_timeout: float = 120) -> Node:
+    """Start one stopped node, wait for boot and SSH, and check it came back at its address with its pinned host key."""
+    node = find_node(lab, name)
+    directory = lab_dir(root, lab)
+    key, known_hosts, inventory = directory / "id_ed25519", directory / "known_hosts", directory / "inventory.ini"
+    pins = pinned_keys(known_hosts.read_text()) if known_hosts.is_file() else {}
+    expected = inventory_addresses(inventory.read_text()).get(name) if inventory.is_file() else None
+    if name not in pins or not expected or not key.is_file():
+        raise EnvironmentProblem(
+            f"lab {lab!r} has no inventory entry or pinned host key for {name} in {directory}", f"run `megaprov lab up --name {lab}`"
+        )
+    if node.state != "running":
+        progress(f"start {node.container}")
+        podman("start", node.container)
+    deadline = time.monotonic() + boot_timeout
+    progress(f"wait for {name} to boot")
+    _wait_booted(node.container, deadline)
+    node = find_node(lab, name)
+    if node.address != expected:
+        raise EnvironmentProblem(
+            f"lab node {name} came back at {node.address}, its inventory says {expected}", f"run `megaprov lab down --name {lab}` and `lab up` again"
+        )
+    found = _host_key(node, deadline)
+    if found != pins[name]:
+        raise EnvironmentProblem(
+            f"lab node {name} has a new SSH host key ({found.split()[0]}), not the pinned one", f"inspect it with `podman logs {node.container}`"
+        )
+    progress(f"wait for SSH on {name} at {node.address}")
+    _wait_ssh(node.address, key, known_hosts, deadline)
+    return node

@@ -44,3 +44,98 @@ def test_names_are_derived_from_the_lab_name():
 def test_image_tag_follows_the_build_files():
     tag = lab.image_tag()
     assert tag.startswith("localhost/megaprov-node:") and len(tag.rsplit(":", 1)[1]) == 12
+
+
+def test_a_lab_gets_the_subnet_its_name_hashes_to_whatever_else_exists():
+    first = lab.choose_subnet("rs", [])
+    assert first == lab.choose_subnet("rs", ["10.88.0.0/16", "10.89.0.0/24", "192.0.2.2/24"])
+    assert first.startswith("10.90.") and first.endswith(".0/24")
+
+
+def test_a_subnet_in_use_is_skipped_so_two_labs_never_collide():
+    first = lab.choose_subnet("rs", [])
+    second = lab.choose_subnet("rs", [first])
+    assert second != first
+    # A wider network or a host interface address inside the candidate counts as in use too.
+    assert lab.choose_subnet("rs", ["10.90.0.0/17", "10.90.128.0/18"]).startswith("10.90.")
+    assert lab.choose_subnet("rs", [first.replace(".0/24", ".7/24")]) == second
+    taken = [str(n) for n in lab.LAB_POOL.subnets(new_prefix=24)]
+    free = taken.pop(200)
+    assert lab.choose_subnet("rs", taken) == free
+
+
+def test_names_spread_over_the_pool():
+    chosen = {lab.choose_subnet(f"lab{i}", []) for i in range(50)}
+    assert len(chosen) > 40
+
+
+def test_every_subnet_taken_is_an_environment_problem():
+    from megaprov.errors import EnvironmentProblem
+
+    with pytest.raises(EnvironmentProblem, match="in use"):
+        lab.choose_subnet("rs", ["10.90.0.0/16"])
+
+
+def test_node_addresses_are_fixed_in_the_subnet():
+    assert lab.node_address("10.90.53.0/24", 1) == "10.90.53.2"
+    assert lab.node_address("10.90.53.0/24", 3) == "10.90.53.4"
+    with pytest.raises(UsageError):
+        lab.node_address("10.90.53.0/24", lab.MAX_NODES + 1)
+
+
+def test_the_network_is_created_with_its_own_subnet_and_label():
+    assert lab.network_create_argv("ci", "10.90.7.0/24") == [
+        "network", "create", "--subnet", "10.90.7.0/24", "--label", "io.megaprov.lab=ci", "megaprov-ci",
+    ]  # fmt: skip
+
+
+def test_a_node_is_created_at_its_fixed_address():
+    assert lab.node_create_argv("ci", 2, "10.90.7.0/24", "localhost/megaprov-node:abc", None, Path("/w")) == [
+        "create", "--name", "megaprov-ci-node2", "--hostname", "node2",
+        "--label", "io.megaprov.lab=ci", "--label", "io.megaprov.lab.address=10.90.7.3",
+        "--network", "megaprov-ci", "--ip", "10.90.7.3", "--network-alias", "node2",
+        "--no-hosts", "--systemd", "always",
+        "-v", "/w:/srv/megaprov/wheelhouse:ro", "-v", "megaprov-lab-ci-shared:/shared",
+        "localhost/megaprov-node:abc",
+    ]  # fmt: skip
+    head = lab.node_create_argv("ci", 1, "10.90.7.0/24", "img", "/etc/ca.crt", Path("/w"))
+    assert head[head.index("--ip") + 1] == "10.90.7.2" and head[-3:] == ["--cap-add", "DAC_READ_SEARCH", "img"]
+    assert "/etc/ca.crt:/etc/host-ca.crt:ro" in head
+
+
+def test_pinned_keys_and_inventory_addresses_are_read_back():
+    known = "10.90.7.2,node1 ssh-ed25519 AAAA1\n10.90.7.3,node2 ssh-ed25519 AAAA2\n"
+    assert lab.pinned_keys(known)["node2"] == "ssh-ed25519 AAAA2"
+    assert lab.pinned_keys(known)["10.90.7.2"] == "ssh-ed25519 AAAA1"
+    members = [lab.Node("node1", "c1", "10.90.7.2", "running"), lab.Node("node2", "c2", "10.90.7.3", "running")]
+    inventory, _ = lab.render_inventory("x", members, Path("/k"), Path("/kh"), "/s")
+    assert lab.inventory_addresses(inventory) == {"node1": "10.90.7.2", "node2": "10.90.7.3"}
+
+
+def test_stop_and_start_refuse_an_unknown_lab_or_node(monkeypatch):
+    members = [lab.Node("node1", "megaprov-x-node1", "10.90.7.2", "running")]
+    monkeypatch.setattr(lab, "nodes", lambda name: members if name == "x" else [])
+    with pytest.raises(UsageError, match="lab 'nope' does not exist"):
+        lab.stop("nope", "node1")
+    with pytest.raises(UsageError, match="lab 'x' has no node 'node9'.*use one of: node1"):
+        lab.start(Path("/nonexistent"), "x", "node9")
+    with pytest.raises(UsageError, match="not a valid lab name"):
+        lab.stop("Bad_Name", "node1")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["lab", "stop", "node9", "--name", "x"], "megaprov: error: lab 'x' has no node 'node9': use one of: node1\n"),
+        (["lab", "start", "node1", "--name", "nope"], "megaprov: error: lab 'nope' does not exist: see `megaprov lab status`"),
+    ],
+)
+def test_the_cli_exits_2_with_one_line_for_an_unknown_node_or_lab(monkeypatch, capsys, argv, message):
+    from megaprov import cli
+
+    members = [lab.Node("node1", "megaprov-x-node1", "10.90.7.2", "running")]
+    monkeypatch.setattr(lab, "nodes", lambda name: members if name == "x" else [])
+    assert cli.main([*argv, "--output", "json"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(message) and err.count("\n") == 1
+    assert '"ok": false' in out

@@ -14,10 +14,16 @@ options:
   source: {description: Inventory name of this node (for the report)., type: str, required: true}
   peers: {description: Peer name to the hostname it must answer with., type: dict, required: true}
   timeout: {description: Seconds each connection may take., type: int, default: 10}
+  left_out:
+    description: Mesh hosts left out of the check because Ansible found them unreachable; returned as given, for the report.
+    type: list
+    elements: str
+    default: []
 """
 
 RETURN = r"""
 pairs: {description: "One {source, peer, ok, seconds, line} per peer.", type: list, returned: always}
+left_out: {description: The hosts that were not tried because they are unreachable., type: list, returned: always}
 """
 
 import time
@@ -44,10 +50,17 @@ def classify(source, peer, expected, rc, out, err, seconds):
     return {"source": source, "peer": peer, "ok": False, "seconds": seconds, "line": "%s -> %s: %s" % (source, peer, reason)}
 
 
+def to_probe(peers, left_out):
+    """Pure: the (peer, expected hostname) pairs to try, in order, never one with a host left out as unreachable."""
+    skip = set(left_out)
+    return sorted((peer, expected) for peer, expected in peers.items() if peer not in skip)
+
+
 def main():
     module = AnsibleModule(
         argument_spec={"source": {"type": "str", "required": True}, "peers": {"type": "dict", "required": True},
-                       "timeout": {"type": "int", "default": 10}},
+                       "timeout": {"type": "int", "default": 10},
+                       "left_out": {"type": "list", "elements": "str", "default": []}},
         supports_check_mode=True,
     )
     source, timeout = module.params["source"], module.params["timeout"]
@@ -58,10 +71,11 @@ def main():
         rc, out, err = module.run_command(ssh_argv(peer, timeout))
         return classify(source, peer, expected, rc, out, err, round(time.monotonic() - start, 2))
 
-    peers = sorted(module.params["peers"].items())
+    left_out = sorted(set(module.params["left_out"]))
+    peers = to_probe(module.params["peers"], left_out)
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
         pairs = list(pool.map(probe, peers))
-    module.exit_json(changed=False, pairs=pairs)
+    module.exit_json(changed=False, pairs=pairs, left_out=left_out)
 
 
 if __name__ == "__main__":
