@@ -44,11 +44,14 @@ def _extravars(values: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for raw in values:
         if raw.startswith("@"):
+            from megaprov import values as typed
+
             path = Path(raw[1:])
-            if not path.is_file():
+            if not path.exists() and not path.is_symlink():
                 raise UsageError(f"-e {raw}: file {path} does not exist", "pass -e @FILE with an existing YAML file")
+            text = typed.read_text(path, f"-e {raw}: file")
             try:
-                data = yaml.safe_load(path.read_text())
+                data = yaml.safe_load(text)
             except yaml.YAMLError as exc:
                 raise UsageError(f"-e {raw}: invalid YAML ({exc.__class__.__name__})", "fix the file's YAML syntax") from None
             if not isinstance(data, dict):

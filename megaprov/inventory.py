@@ -18,13 +18,24 @@ from typing import Any
 
 import yaml
 
-from megaprov.errors import InventoryError
+from megaprov import values
+from megaprov.errors import InventoryError, UsageError
 
 REQUIRED_GROUPS = ("head", "gpu_nodes")
-_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_HOSTNAME_RE = values.HOST_NAME
 _GROUP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RANGE_RE = re.compile(r"\[([0-9]+|[a-z]):([0-9]+|[a-z])\]")
 _VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECTION_RE = re.compile(r"^\[([^\]]*)\]\s*(?:#.*)?$")  # a trailing comment is allowed, as in Ansible
+_COMMENT_RE = re.compile(r"\s+#.*$")
+# Variables megaprov renders itself (scripts, units, paths), typed beyond their argument spec.
+TYPED_VARS: dict[str, Any] = {
+    "ansible_host": values.host_address,
+    "megaprov_shared_dir": values.absolute_path,
+    "megaprov_scratch_dir": values.absolute_path,
+    "megaprov_controller_shared_dir": values.absolute_path,
+    "megaprov_cluster_user": values.posix_user,
+}
 
 # Cluster-wide settings (defaults in inventories/defaults.yml; a unit test keeps both in sync).
 CLUSTER_VARS: dict[str, dict[str, Any]] = {
@@ -84,7 +95,25 @@ class Inventory:
         return self.hosts[host].vars.get(name, value)
 
 
+def _range_size(pattern: str) -> int:
+    """How many names ``pattern`` expands to, computed without expanding it."""
+    size = 1
+    for start, end in _RANGE_RE.findall(pattern):
+        if start.isdigit() and end.isdigit():
+            size *= max(int(end) - int(start) + 1, 0)
+        elif not start.isdigit() and not end.isdigit():
+            size *= max(ord(end) - ord(start) + 1, 0)
+    return size
+
+
 def _expand_ranges(pattern: str, where: str) -> list[str]:
+    if len(pattern) > 300:
+        raise InventoryError(f"{where}: host pattern {values.shown(pattern)} is {len(pattern)} characters long", "a host name has at most 253")
+    size = _range_size(pattern)
+    if size > values.MAX_HOSTS:
+        raise InventoryError(
+            f"{where}: host range {values.shown(pattern)} expands to {size:,} hosts", f"a cluster has at most {values.MAX_HOSTS:,} (MAX_HOSTS)"
+        )
     match = _RANGE_RE.search(pattern)
     if not match:
         if "[" in pattern or "]" in pattern:
@@ -96,12 +125,12 @@ def _expand_ranges(pattern: str, where: str) -> list[str]:
         raise InventoryError(f"{where}: bad host range in {pattern!r}", "both ends must be numbers or both letters")
     if start.isdigit():
         width = len(start) if start.startswith("0") else 0
-        values = [str(i).zfill(width) for i in range(int(start), int(end) + 1)]
+        names = [str(i).zfill(width) for i in range(int(start), int(end) + 1)]
     else:
-        values = [chr(c) for c in range(ord(start), ord(end) + 1)]
-    if not values:
+        names = [chr(c) for c in range(ord(start), ord(end) + 1)]
+    if not names:
         raise InventoryError(f"{where}: empty host range in {pattern!r}", "the first bound must not exceed the second")
-    return [name for v in values for name in _expand_ranges(head + v + tail, where)]
+    return [name for v in names for name in _expand_ranges(head + v + tail, where)]
 
 
 def _literal(value: str) -> Any:
@@ -111,11 +140,7 @@ def _literal(value: str) -> Any:
         return value
 
 
-def _split_kv(text: str, where: str) -> dict[str, Any]:
-    try:
-        tokens = shlex.split(text, comments=False)
-    except ValueError as exc:
-        raise InventoryError(f"{where}: cannot split {text!r} ({exc})", "close the quotes") from None
+def _split_kv(tokens: list[str], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for token in tokens:
         if "=" not in token:
@@ -129,8 +154,14 @@ def _split_kv(text: str, where: str) -> dict[str, Any]:
 
 def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[str]], dict[str, dict[str, Any]], dict[str, list[str]]]:
     """Parse Ansible's INI inventory format. Returns hosts, groups, group vars, group children."""
+    if text.startswith("\ufeff"):
+        raise InventoryError(
+            f"{source}:1: the file starts with a UTF-8 byte-order mark, which Ansible's INI parser reads as part of the first line",
+            "save it as UTF-8 without BOM",
+        )
     hosts: dict[str, Host] = {}
     groups: dict[str, list[str]] = {"ungrouped": []}
+    members: dict[str, set[str]] = {"ungrouped": set()}  # the same as groups, for linear duplicate checks
     gvars: dict[str, dict[str, Any]] = {}
     children: dict[str, list[str]] = {}
     section, kind = "ungrouped", "hosts"
@@ -140,9 +171,10 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
         if not line or line[0] in "#;":
             continue
         if line.startswith("["):
-            if not line.endswith("]"):
+            header = _SECTION_RE.match(line)
+            if not header:
                 raise InventoryError(f"{where}: unclosed section header {line!r}", "write it as [group], [group:vars] or [group:children]")
-            name, _, suffix = line[1:-1].strip().partition(":")
+            name, _, suffix = header.group(1).strip().partition(":")
             if suffix not in ("", "vars", "children"):
                 raise InventoryError(f"{where}: unknown section kind ':{suffix}' in {line!r}", "use [group], [group:vars] or [group:children]")
             if not _GROUP_RE.match(name):
@@ -150,6 +182,7 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
             section, kind = name, suffix or "hosts"
             if kind == "hosts":
                 groups.setdefault(section, [])
+                members.setdefault(section, set())
             elif kind == "vars":
                 gvars.setdefault(section, {})
             else:
@@ -160,17 +193,30 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
             key = key.strip()
             if not sep or not _VAR_RE.match(key):
                 raise InventoryError(f"{where}: {line!r} in [{section}:vars] is not name=value", "write one variable per line as name=value")
-            gvars[section][key] = value.strip().strip("'\"") if value.strip()[:1] in "'\"" else value.strip()
+            # As Ansible does: a Python literal (number, quoted string, list, ...) with an optional trailing
+            # comment, otherwise the whole rest of the line as a string (a comment included).
+            parsed = _literal(value.strip())
+            if isinstance(parsed, str) and parsed == value.strip() and _COMMENT_RE.search(parsed):
+                raise InventoryError(
+                    f"{where}: {key}={values.shown(parsed)}: Ansible keeps ' #...' as part of an unquoted value in [{section}:vars]",
+                    f"quote the value ({key}='...' # comment) or move the comment to its own line",
+                )
+            gvars[section][key] = parsed
             continue
         if kind == "children":
+            line = _COMMENT_RE.sub("", line)
             if not _GROUP_RE.match(line):
                 raise InventoryError(f"{where}: invalid child group {line!r}", "list one group name per line")
             children[section].append(line)
             continue
-        name_part, _, rest = line.partition(" ")
-        name_part = name_part.split("\t")[0]
-        rest = line[len(name_part) :].strip()
-        host_vars = _split_kv(rest, where) if rest else {}
+        try:  # Ansible splits host lines like a shell with comments: `n1 a=1 # note`, `n2 b=x#note` (b is x)
+            tokens = shlex.split(line, comments=True)
+        except ValueError as exc:
+            raise InventoryError(f"{where}: cannot split {values.shown(line)} ({exc})", "close the quotes") from None
+        if not tokens:
+            continue
+        name_part = tokens[0]
+        host_vars = _split_kv(tokens[1:], where)
         if ":" in name_part.rpartition("]")[2]:
             name_part, port = name_part.rsplit(":", 1)
             if not port.isdigit():
@@ -179,7 +225,7 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
         for name in _expand_ranges(name_part, where):
             if not _HOSTNAME_RE.match(name):
                 raise InventoryError(f"{where}: {name!r} is not a valid host name", "use letters, digits, dots and dashes (it goes into /etc/hosts)")
-            if name in groups[section]:
+            if name in members[section]:
                 raise InventoryError(
                     f"{where}: host {name!r} is listed twice in [{section}] (first at {hosts[name].line})", "remove one of the two lines"
                 )
@@ -193,12 +239,23 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
                 )
             host.vars.update(host_vars)
             groups[section].append(name)
+            members[section].add(name)
+            if len(hosts) > values.MAX_HOSTS:
+                raise InventoryError(f"{where}: more than {values.MAX_HOSTS:,} hosts", f"a cluster has at most {values.MAX_HOSTS:,} (MAX_HOSTS)")
     return hosts, groups, gvars, children
 
 
-def _load_yaml_vars(path: Path) -> dict[str, Any]:
+def _read(path: Path, what: str, max_bytes: int = values.MAX_VARS_FILE_BYTES) -> str:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return values.read_text(path, what, max_bytes)
+    except UsageError as exc:
+        raise InventoryError(exc.message, exc.hint) from None
+
+
+def _load_yaml_vars(path: Path) -> dict[str, Any]:
+    text = _read(path, "variables file")
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -211,10 +268,15 @@ def _load_yaml_vars(path: Path) -> dict[str, Any]:
 
 
 def _vars_dir(base: Path, name: str) -> list[Path]:
-    """Files Ansible reads for group_vars/<name> or host_vars/<name>."""
-    files = [base / f"{name}{ext}" for ext in ("", ".yml", ".yaml", ".json") if (base / f"{name}{ext}").is_file()]
+    """Files Ansible reads for group_vars/<name> or host_vars/<name>. A link that leads nowhere (a loop, a
+    dangling target) is returned too, so that reading it says what is wrong instead of skipping it."""
+    candidates = [base / f"{name}{ext}" for ext in ("", ".yml", ".yaml", ".json")]
+    files = [p for p in candidates if p.is_file() or (p.is_symlink() and not p.is_dir())]
     if (base / name).is_dir():
-        files += sorted(p for p in (base / name).rglob("*") if p.is_file() and p.suffix in (".yml", ".yaml", ".json", ""))
+        found = sorted((base / name).rglob("*"))
+        if len(found) > values.MAX_HOSTS:
+            raise InventoryError(f"{base / name}: {len(found):,} entries", "keep a variables directory to a few files")
+        files += [p for p in found if (p.is_file() or (p.is_symlink() and not p.is_dir())) and p.suffix in (".yml", ".yaml", ".json", "")]
     return files
 
 
@@ -279,24 +341,44 @@ def all_specs(roles_dir: Path) -> tuple[dict[str, dict[str, Any]], set[str]]:
     return specs, prefixes
 
 
-def validate_vars(values: dict[str, Any], source: str, specs: dict[str, dict[str, Any]], role_prefixes: set[str]) -> None:
-    for name, value in values.items():
-        spec = specs.get(name)
-        if spec is None:
-            prefix = next((p for p in role_prefixes if name.startswith(p + "_")), None)
-            if name.startswith("megaprov_") or prefix:
-                close = difflib.get_close_matches(name, list(specs), n=1)
-                hint = f"did you mean {close[0]}?" if close else "see the role README for its variables"
-                raise InventoryError(f"{source}: unknown variable {name}", hint)
-            continue
-        problem = check_type(name, value, spec)
-        if problem:
-            raise InventoryError(
-                f"{source}: {name}={value!r} {problem}",
-                spec.get("description", f"see roles/{spec.get('role', '')}/README.md")
-                if isinstance(spec.get("description"), str)
-                else "see the role README",
-            )
+def typed_problem(name: str, value: Any, typed: bool = True) -> values.BadValue | None:
+    """Why a variable megaprov renders itself (``TYPED_VARS``), or any string in any variable, is unsafe, or None.
+    Control characters are refused everywhere: a newline in a value becomes a line of a script or a unit."""
+    try:
+        values.check_tree(value, name)
+        if typed and name in TYPED_VARS:
+            TYPED_VARS[name](value, name)
+    except values.BadValue as bad:
+        return bad
+    return None
+
+
+def validate_vars(variables: dict[str, Any], source: str, specs: dict[str, dict[str, Any]], role_prefixes: set[str]) -> None:
+    for name, value in variables.items():
+        bad = typed_problem(str(name), value, typed=False)
+        if bad is not None:
+            raise InventoryError(f"{source}: {bad.message}", bad.hint)
+        _check_spec(str(name), value, source, specs, role_prefixes)
+        bad = typed_problem(str(name), value)
+        if bad is not None:
+            raise InventoryError(f"{source}: {bad.message}", bad.hint)
+
+
+def _check_spec(name: str, value: Any, source: str, specs: dict[str, dict[str, Any]], role_prefixes: set[str]) -> None:
+    spec = specs.get(name)
+    if spec is None:
+        prefix = next((p for p in role_prefixes if name.startswith(p + "_")), None)
+        if name.startswith("megaprov_") or prefix:
+            close = difflib.get_close_matches(name, list(specs), n=1)
+            hint = f"did you mean {close[0]}?" if close else "see the role README for its variables"
+            raise InventoryError(f"{source}: unknown variable {name}", hint)
+        return
+    problem = check_type(name, value, spec)
+    if problem:
+        raise InventoryError(
+            f"{source}: {name}={values.shown(value)} {problem}",
+            str(spec["description"]) if isinstance(spec.get("description"), str) else f"see roles/{spec.get('role', '')}/README.md",
+        )
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -409,14 +491,16 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
         if found is None:
             raise InventoryError(f"{path}: no inventory.ini in this directory", "pass the path of the INI file")
         path = found
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise InventoryError(f"inventory {path} does not exist", "pass the path of an INI inventory (megaprov lab up writes one)")
     if path.suffix in (".yml", ".yaml", ".json"):
         raise InventoryError(f"{path}: YAML/JSON inventories are not supported yet", "write the inventory in INI format")
+    data = values.read_bytes(path, "inventory", values.MAX_VARS_FILE_BYTES)
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InventoryError(f"{path}: not a text file", "pass an INI inventory") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InventoryError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x})", "save the inventory as UTF-8") from None
     hosts, groups, gvars, children = parse_ini(text, str(path))
 
     for parent, kids in children.items():
@@ -429,10 +513,10 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
     def members(group: str, seen: tuple[str, ...] = ()) -> list[str]:
         if group in seen:
             raise InventoryError(f"{path}: group {group!r} contains itself through [{group}:children]", "remove the cycle")
-        out = list(groups.get(group, []))
+        out = dict.fromkeys(groups.get(group, []))  # ordered and linear
         for kid in children.get(group, []):
-            out += [h for h in members(kid, (*seen, group)) if h not in out]
-        return out
+            out.update(dict.fromkeys(members(kid, (*seen, group))))
+        return list(out)
 
     resolved = {g: members(g) for g in groups}
     for group, names in resolved.items():
@@ -457,26 +541,26 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
     if defaults is not None and defaults.is_file():
         default_data = _load_yaml_vars(defaults)
         all_vars["all"] = dict((default_data.get("all") or {}).get("vars") or {})
-    for group, values in gvars.items():
-        validate_vars(values, f"{path} [{group}:vars]", specs, prefixes)
-        all_vars.setdefault(group, {}).update(values)
+    for group, section_vars in gvars.items():
+        validate_vars(section_vars, f"{path} [{group}:vars]", specs, prefixes)
+        all_vars.setdefault(group, {}).update(section_vars)
     for kind, target in (("group_vars", "group"), ("host_vars", "host")):
         base = path.parent / kind
         if not base.is_dir():
             continue
         for entry in sorted(base.iterdir()):
-            name = entry.name.split(".")[0] if entry.is_file() else entry.name
+            name = entry.name.split(".")[0] if not entry.is_dir() else entry.name
             if target == "group" and name not in resolved and name != "all":
                 raise InventoryError(f"{entry}: group_vars for unknown group {name!r}", f"rename it to one of: {', '.join(sorted(resolved))}")
             if target == "host" and name not in hosts:
                 raise InventoryError(f"{entry}: host_vars for unknown host {name!r}", "rename it to a host of the inventory")
             for file in _vars_dir(base, name):
-                values = _load_yaml_vars(file)
-                validate_vars(values, str(file), specs, prefixes)
+                file_vars = _load_yaml_vars(file)
+                validate_vars(file_vars, str(file), specs, prefixes)
                 if target == "group":
-                    all_vars.setdefault(name, {}).update(values)
+                    all_vars.setdefault(name, {}).update(file_vars)
                 else:
-                    hosts[name].vars.update(values)
+                    hosts[name].vars.update(file_vars)
     for name, host in hosts.items():
         validate_vars(host.vars, f"{path} ({host.line}, host {name})", specs, prefixes)
 

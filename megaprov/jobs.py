@@ -122,8 +122,8 @@ def listing(inventory_path: str | None) -> list[dict[str, Any]]:
             dirs[data["name"]] = Path(data["local_dir"])
     if inventory_path:
         jobs_dir = shared_view(inventory_path) / "jobs"
-        for meta in sorted(jobs_dir.glob("*/job.json")) if jobs_dir.is_dir() else []:
-            dirs.setdefault(meta.parent.name, meta.parent)
+        for found in sorted(jobs_dir.glob("*/job.json")) if jobs_dir.is_dir() else []:
+            dirs.setdefault(found.parent.name, found.parent)
     rows = []
     for name, local in sorted(dirs.items()):
         if not (local / "job.json").is_file():

@@ -15,40 +15,76 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from megaprov import values
 from megaprov.errors import UsageError
 
 SPEC_VERSION = 1
 PINNED_MEGATRON = "core_v0.16.1"
 
 
+# Bounds: what a real cluster and a real model can have (the largest published models have ~100-200 layers,
+# hidden sizes of ~20k and contexts of ~1M tokens). They keep every computation of the planner small.
+MAX_LAYERS = 1000
+MAX_HIDDEN = 1 << 20
+MAX_HEADS = 1 << 16
+MAX_SEQ = 1 << 22
+MAX_VOCAB = 1 << 24
+MAX_NODES = values.MAX_HOSTS
+MAX_GPUS_PER_NODE = 64
+MAX_PARALLEL = 1 << 16
+MAX_ITERS = 1_000_000_000
+MAX_BATCH = 1 << 24
+MAX_MICRO_BATCH = 1 << 16
+MAX_ENV = 256
+
+
+class _SpecValue(ValueError):
+    """A string field failed its :mod:`megaprov.values` check (rendered by :func:`_problem` with its fix)."""
+
+    def __init__(self, bad: values.BadValue) -> None:
+        super().__init__(bad.problem)
+        self.value = bad.value
+        self.problem = bad.problem
+        self.fix = bad.hint or ""
+
+
+def _checked(check: Any, value: Any, *args: Any) -> Any:
+    try:
+        return check(value, "", *args)
+    except values.BadValue as bad:
+        raise _SpecValue(bad) from None
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Model(_Section):
     """The GPT architecture (Megatron-LM's network-size arguments)."""
 
-    num_layers: int = Field(ge=1, description="transformer layers (--num-layers)")
-    hidden_size: int = Field(ge=1, description="model width (--hidden-size)")
-    num_attention_heads: int = Field(ge=1, description="attention heads (--num-attention-heads)")
-    num_query_groups: int | None = Field(None, ge=1, description="key/value groups for grouped-query attention; unset = multi-head")
-    ffn_hidden_size: int | None = Field(None, ge=1, description="MLP width; unset = 4 x hidden_size")
-    seq_length: int = Field(ge=1, description="tokens per sample (--seq-length)")
-    max_position_embeddings: int | None = Field(None, ge=1, description="unset = seq_length")
-    vocab_size: int | None = Field(None, ge=1, description="tokenizer vocabulary; unset = the tokenizer's own (required for huggingface)")
-    make_vocab_size_divisible_by: int = Field(128, ge=1, description="Megatron pads the vocabulary to a multiple of this x tensor")
+    num_layers: int = Field(ge=1, le=MAX_LAYERS, description="transformer layers (--num-layers)")
+    hidden_size: int = Field(ge=1, le=MAX_HIDDEN, description="model width (--hidden-size)")
+    num_attention_heads: int = Field(ge=1, le=MAX_HEADS, description="attention heads (--num-attention-heads)")
+    num_query_groups: int | None = Field(None, ge=1, le=MAX_HEADS, description="key/value groups for grouped-query attention; unset = multi-head")
+    ffn_hidden_size: int | None = Field(None, ge=1, le=4 * MAX_HIDDEN, description="MLP width; unset = 4 x hidden_size")
+    seq_length: int = Field(ge=1, le=MAX_SEQ, description="tokens per sample (--seq-length)")
+    max_position_embeddings: int | None = Field(None, ge=1, le=MAX_SEQ, description="unset = seq_length")
+    vocab_size: int | None = Field(
+        None, ge=1, le=MAX_VOCAB, description="tokenizer vocabulary; unset = the tokenizer's own (required for huggingface)"
+    )
+    make_vocab_size_divisible_by: int = Field(128, ge=1, le=1 << 16, description="Megatron pads the vocabulary to a multiple of this x tensor")
     activation: Literal["gelu", "swiglu", "squared_relu"] = "gelu"
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     position_embedding: Literal["learned_absolute", "rope"] = "learned_absolute"
-    rotary_base: int = Field(10000, ge=1, description="RoPE base (position_embedding: rope)")
+    rotary_base: int = Field(10000, ge=1, le=1_000_000_000, description="RoPE base (position_embedding: rope)")
     attention_backend: Literal["auto", "flash", "fused", "unfused", "local"] = Field(
         "auto", description="--attention-backend; auto/flash/fused never store the s x s attention scores"
     )
     untie_embeddings: bool = Field(False, description="separate output layer weights")
     bias_linear: bool = Field(True, description="biases in linear layers (false = --disable-bias-linear)")
-    init_method_std: float = Field(0.02, gt=0)
+    init_method_std: float = Field(0.02, gt=0, le=10)
     hidden_dropout: float = Field(0.1, ge=0, lt=1)
     attention_dropout: float = Field(0.1, ge=0, lt=1)
 
@@ -68,10 +104,10 @@ class Model(_Section):
 class Parallel(_Section):
     """How the model is split over GPUs; data parallelism is what remains of the world size."""
 
-    tensor: int = Field(1, ge=1, description="tensor model parallel size (within a node)")
-    pipeline: int = Field(1, ge=1, description="pipeline model parallel size")
-    context: int = Field(1, ge=1, description="context parallel size (splits the sequence)")
-    virtual_stages: int | None = Field(None, ge=1, description="virtual pipeline stages per pipeline rank (interleaved schedule)")
+    tensor: int = Field(1, ge=1, le=MAX_GPUS_PER_NODE, description="tensor model parallel size (within a node)")
+    pipeline: int = Field(1, ge=1, le=MAX_LAYERS, description="pipeline model parallel size")
+    context: int = Field(1, ge=1, le=MAX_PARALLEL, description="context parallel size (splits the sequence)")
+    virtual_stages: int | None = Field(None, ge=1, le=MAX_LAYERS, description="virtual pipeline stages per pipeline rank (interleaved schedule)")
     sequence_parallel: bool = Field(False, description="needs tensor > 1")
     distributed_optimizer: bool = Field(False, description="shard optimizer states over data-parallel ranks")
     overlap_grad_reduce: bool = False
@@ -80,26 +116,26 @@ class Parallel(_Section):
 
 
 class Train(_Section):
-    micro_batch_size: int = Field(1, ge=1)
-    global_batch_size: int = Field(ge=1)
-    train_iters: int = Field(ge=1)
-    lr: float = Field(ge=0, description="peak learning rate (0 freezes the weights: the verdict must then fail)")
-    min_lr: float = Field(0.0, ge=0)
+    micro_batch_size: int = Field(1, ge=1, le=MAX_MICRO_BATCH)
+    global_batch_size: int = Field(ge=1, le=MAX_BATCH)
+    train_iters: int = Field(ge=1, le=MAX_ITERS)
+    lr: float = Field(ge=0, le=10, description="peak learning rate (0 freezes the weights: the verdict must then fail)")
+    min_lr: float = Field(0.0, ge=0, le=10)
     lr_decay_style: Literal["constant", "linear", "cosine", "inverse-square-root", "WSD"] = "cosine"
-    lr_decay_iters: int | None = Field(None, ge=1, description="unset = train_iters")
-    lr_warmup_iters: int = Field(0, ge=0)
-    weight_decay: float = Field(0.01, ge=0)
+    lr_decay_iters: int | None = Field(None, ge=1, le=MAX_ITERS, description="unset = train_iters")
+    lr_warmup_iters: int = Field(0, ge=0, le=MAX_ITERS)
+    weight_decay: float = Field(0.01, ge=0, le=10)
     adam_beta1: float = Field(0.9, gt=0, lt=1)
     adam_beta2: float = Field(0.95, gt=0, lt=1)
-    clip_grad: float = Field(1.0, ge=0)
+    clip_grad: float = Field(1.0, ge=0, le=1e6)
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"
     recompute_method: Literal["uniform", "block"] = "uniform"
-    recompute_num_layers: int = Field(1, ge=1, description="layers per recompute chunk (recompute: full)")
-    seed: int = Field(1234, ge=0)
-    log_interval: int = Field(1, ge=1)
-    eval_interval: int = Field(1000, ge=1)
-    eval_iters: int = Field(10, ge=0)
+    recompute_num_layers: int = Field(1, ge=1, le=MAX_LAYERS, description="layers per recompute chunk (recompute: full)")
+    seed: int = Field(1234, ge=0, le=2**32 - 1)
+    log_interval: int = Field(1, ge=1, le=MAX_ITERS)
+    eval_interval: int = Field(1000, ge=1, le=MAX_ITERS)
+    eval_iters: int = Field(10, ge=0, le=MAX_ITERS)
 
 
 class Tokenizer(_Section):
@@ -107,27 +143,42 @@ class Tokenizer(_Section):
     vocab_file: str | None = Field(None, description="GPT-2 vocab.json (gpt2-bpe)")
     merge_file: str | None = Field(None, description="GPT-2 merges.txt (gpt2-bpe)")
     path: str | None = Field(None, description="directory or tokenizer.json (huggingface)")
-    vocab_size: int | None = Field(None, ge=1, description="vocabulary without the end-of-document token (null)")
+    vocab_size: int | None = Field(None, ge=1, le=MAX_VOCAB, description="vocabulary without the end-of-document token (null)")
+
+    @field_validator("vocab_file", "merge_file", "path")
+    @classmethod
+    def _in_shared(cls, value: str | None) -> str | None:
+        return None if value is None else str(_checked(values.path_in_root, value))
 
 
 class DataPrefix(_Section):
     path: str = Field(min_length=1, description="Megatron prefix (without .bin/.idx); relative = under the shared dir")
-    weight: float = Field(1.0, gt=0)
+    weight: float = Field(1.0, gt=0, le=1e9)
+
+    @field_validator("path")
+    @classmethod
+    def _in_shared(cls, value: str) -> str:
+        return str(_checked(values.path_in_root, value))
 
 
 class Data(_Section):
     mock: bool = Field(False, description="synthetic tokens (--mock-data); no prefixes needed")
-    prefixes: list[DataPrefix] = Field(default_factory=list)
+    prefixes: list[DataPrefix] = Field(default_factory=list, max_length=values.MAX_LIST)
     split: str = Field("949,50,1", pattern=r"^\d+(\.\d+)?(,\d+(\.\d+)?){0,2}$", description="train,valid,test weights")
     tokenizer: Tokenizer = Field(default_factory=lambda: Tokenizer())
 
 
 class Checkpoint(_Section):
     directory: str | None = Field(None, description="unset = <shared dir>/checkpoints/<job name>; relative = under the shared dir")
-    save_interval: int = Field(1000, ge=1)
+    save_interval: int = Field(1000, ge=1, le=MAX_ITERS)
     format: Literal["torch_dist", "torch"] = "torch_dist"
     resume: Literal["auto", "never"] = Field("auto", description="auto: continue from the latest checkpoint in directory")
     async_save: bool = False
+
+    @field_validator("directory")
+    @classmethod
+    def _in_shared(cls, value: str | None) -> str | None:
+        return None if value is None else str(_checked(values.path_in_root, value))
 
 
 class Slurm(_Section):
@@ -136,11 +187,16 @@ class Slurm(_Section):
     time: str | None = Field(None, pattern=r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$", description="walltime, e.g. 2-00:00:00")
     qos: str | None = None
 
+    @field_validator("partition", "account", "qos")
+    @classmethod
+    def _plain(cls, value: str | None) -> str | None:
+        return None if value is None else str(_checked(values.sbatch_value, value))
+
 
 class Launch(_Section):
     launcher: Literal["torchrun", "slurm"] = "torchrun"
-    nodes: int = Field(1, ge=1)
-    gpus_per_node: int = Field(8, ge=1, description="processes per node (GPUs; 1 on CPU lab nodes)")
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
+    gpus_per_node: int = Field(8, ge=1, le=MAX_GPUS_PER_NODE, description="processes per node (GPUs; 1 on CPU lab nodes)")
     trainer: Literal["megatron-lm", "lab"] = Field("megatron-lm", description="lab: megaprov's CPU trainer on megatron-core")
     megatron_dir: str = Field("/opt/megatron-lm", description="checkout of Megatron-LM holding pretrain_gpt.py")
     python: str = Field("/opt/megaprov/venv/bin/python", description="interpreter of the training environment")
@@ -148,20 +204,40 @@ class Launch(_Section):
     max_restarts: int = Field(
         3, ge=0, le=100, description="restarts of the job after a failure, within an hour (each resumes from the latest checkpoint)"
     )
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment, e.g. NCCL_DEBUG: INFO")
-    extra_args: list[str] = Field(default_factory=list, description="pass-through pretrain_gpt.py arguments")
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV, description="extra environment, e.g. NCCL_DEBUG: INFO")
+    extra_args: list[str] = Field(default_factory=list, max_length=values.MAX_LIST, description="pass-through pretrain_gpt.py arguments")
     slurm: Slurm = Field(default_factory=lambda: Slurm())
+
+    @field_validator("megatron_dir", "python")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        return str(_checked(values.absolute_path, value))
+
+    @field_validator("env")
+    @classmethod
+    def _environment(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            _checked(values.env_name, key)
+            _checked(values.text, item)
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _arguments(cls, value: list[str]) -> list[str]:
+        for item in value:
+            _checked(values.text, item)
+        return value
 
 
 class Verify(_Section):
-    tokens_per_second: float | None = Field(None, gt=0, description="expected cluster throughput; unset = from the plan")
+    tokens_per_second: float | None = Field(None, gt=0, le=1e15, description="expected cluster throughput; unset = from the plan")
     mfu: float | None = Field(None, gt=0, le=1, description="expected model FLOPs utilisation")
     throughput_tolerance: float = Field(0.8, gt=0, le=1, description="fraction of the expectation that passes")
-    loss_window: int = Field(20, ge=3, description="iterations in the loss-trend test")
+    loss_window: int = Field(20, ge=3, le=1_000_000, description="iterations in the loss-trend test")
     gpu_utilization: float = Field(0.8, ge=0, le=1, description="minimum mean GPU utilisation")
 
 
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+NAME_PATTERN = values.JOB_NAME
 
 
 class JobSpec(_Section):
@@ -214,7 +290,10 @@ def _fmt(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str) and _BARE.match(value):
         return value
+    # Control characters (and Unicode line breaks) are escaped: the problem stays one line.
     text = json.dumps(value, ensure_ascii=False, default=str)
+    if any(c in text for c in "\x85\u2028\u2029") or values.control_character(text):
+        text = json.dumps(value, ensure_ascii=True, default=str)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
@@ -302,6 +381,8 @@ def _problem(err: Any, data: Any, lines: dict[tuple[str | int, ...], int]) -> Pr
     if kind == "string_pattern_mismatch":
         hint = _PATTERN_HINTS.get(loc, f"a value matching {ctx.get('pattern', '')}")
         return Problem(path, f"{shown} is not valid", f"use {hint}", line)
+    if kind == "int_parsing_size":
+        return Problem(path, f"{shown} is out of range", "use a realistic value (megaprov job schema shows every bound)", line)
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return Problem(path, f"{shown} is not a whole number", "write an integer", line)
     if kind in ("float_type", "float_parsing"):
@@ -314,11 +395,22 @@ def _problem(err: Any, data: Any, lines: dict[tuple[str | int, ...], int]) -> Pr
         return Problem(path, f"{shown} must be a list", "write it as a YAML list (- item)", line)
     if kind in ("string_type", "string_too_short"):
         return Problem(path, f"{shown} must be a non-empty string", "quote the value", line)
+    if kind == "too_long":
+        return Problem(path, f"{path} has {ctx.get('actual_length')} items", f"use at most {ctx.get('max_length')}", line)
+    if kind == "value_error" and isinstance(ctx.get("error"), _SpecValue):
+        bad = ctx["error"]
+        shown = shown if isinstance(value, str) else f"{path} {values.shown(bad.value)}"
+        return Problem(path, f"{shown} {bad.problem}", bad.fix, line)
     return Problem(path, f"{shown}: {err['msg']}", "", line)
 
 
 def parse(text: str, source: str = "") -> JobSpec:
     """Validate a YAML job spec. Raises :class:`JobSpecError` listing every problem (field path, value, fix)."""
+    if len(text) > values.MAX_FILE_BYTES:
+        raise JobSpecError([Problem("", f"the spec is {len(text):,} characters long", f"keep it under {values.MAX_FILE_BYTES:,}")], source)
+    refused = _anchor(text)
+    if refused is not None:
+        raise JobSpecError([refused], source)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -339,15 +431,24 @@ def parse(text: str, source: str = "") -> JobSpec:
         raise JobSpecError(problems, source) from None
 
 
-def read_text(path: str | Path) -> str:
-    """The text of a job spec file; a missing or unreadable file is a usage error."""
-    file = Path(path)
-    if not file.is_file():
-        raise UsageError(f"job spec {file} does not exist", "pass the path of a gpt.yml (see examples/jobs/)")
+def _anchor(text: str) -> Problem | None:
+    """Anchors and aliases make no sense in a job spec, and aliases of aliases expand exponentially (a "billion
+    laughs" of 11 lines hangs a loader): refused from the event stream, before anything is composed."""
     try:
-        return file.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError) as exc:
-        raise UsageError(f"job spec {file}: cannot be read ({exc.__class__.__name__})", "pass a UTF-8 YAML file") from None
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            anchor = getattr(event, "anchor", None)
+            if isinstance(event, yaml.AliasEvent) or anchor is not None:
+                what = f"alias *{anchor}" if isinstance(event, yaml.AliasEvent) else f"anchor &{anchor}"
+                line = event.start_mark.line + 1 if event.start_mark else None
+                return Problem("", f"YAML {what}: anchors and aliases are not allowed in a job spec", "write the values out", line)
+    except yaml.YAMLError:
+        return None  # parse() reports the syntax error with its line
+    return None
+
+
+def read_text(path: str | Path) -> str:
+    """The text of a job spec file; a missing, unreadable, oversized or non-UTF-8 file is a usage error."""
+    return values.read_text(path, "job spec")
 
 
 def load(path: str | Path) -> JobSpec:

@@ -40,7 +40,7 @@ def test_a_valid_inventory_expands_ranges_and_merges_vars(tmp_path):
     inventory = load(write(tmp_path, GOOD, {"all.yml": "megaprov_cluster_user: trainer\n"}))
     assert inventory.hosts_of("gpu_nodes") == ["gpu01", "gpu02", "gpu03"]
     assert inventory.head == "head1"
-    assert inventory.host_var("gpu02", "megaprov_gpus_per_node") == "8"
+    assert inventory.host_var("gpu02", "megaprov_gpus_per_node") == 8  # a Python literal in [group:vars], as Ansible reads it
     assert inventory.host_var("gpu02", "megaprov_cluster_user") == "trainer"
     assert inventory.host_var("head1", "megaprov_shared_dir") == "/shared"  # from inventories/defaults.yml
     assert inventory.hosts["gpu03"].vars["ansible_user"] == "ubuntu"

@@ -136,3 +136,49 @@ def test_a_failed_command_is_explained_by_its_stderr():
     res = {"msg": "non-zero return code", "rc": 100, "stderr": "E: Unable to locate package python3-apt\nW: stale lists", "stdout": ""}
     folder(_event("runner_on_failed", "n1", "Install python3-apt", res=res))
     assert folder.failures[0].message == "W: stale lists"
+
+
+def test_extravars_are_data_in_the_run_kwargs():
+    spec = dataclasses.replace(SPEC, options=runner.RunOptions(extravars={"a": 1, "b": "{{ x }}", "c": {"d": ["e", 2]}}))
+    assert runner.build_run_kwargs(spec)["extravars"] == {
+        "a": 1,
+        "b": {"__ansible_unsafe": "{{ x }}"},
+        "c": {"d": [{"__ansible_unsafe": "e"}, 2]},
+    }
+
+
+def test_reserved_ansible_keys_are_refused():
+    import pytest
+
+    from megaprov.errors import UsageError
+
+    with pytest.raises(UsageError, match="reserved by Ansible"):
+        runner.as_data({"x": {"__ansible_vault": "abc"}})
+
+
+def test_a_template_in_an_extra_var_reaches_the_play_verbatim_and_never_runs(tmp_path):
+    """A real ansible-playbook run (localhost, connection local): the lookup must not create the canary."""
+    canary = tmp_path / "canary"
+    out = tmp_path / "out.txt"
+    hostile = "{{ lookup('pipe', 'touch " + str(canary) + "') }}"
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    (tmp_path / "inventory.ini").write_text(f"localhost ansible_connection=local ansible_python_interpreter={runner.sys.executable}\n")
+    (tmp_path / "play.yml").write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.copy:\n"
+        '        dest: "{{ out }}"\n'
+        '        content: "{{ job.unit }}|{{ job.hosts[0] }}|{{ plain }}"\n'
+    )
+    (tmp_path / "run").mkdir()
+    spec = runner.RunSpec(
+        playbook=tmp_path / "play.yml",
+        inventories=(tmp_path / "inventory.ini",),
+        private_data_dir=tmp_path / "run",
+        project_root=tmp_path,
+        fact_cache_dir=tmp_path / "facts",
+        options=runner.RunOptions(extravars={"out": str(out), "job": {"unit": hostile, "hosts": [hostile]}, "plain": hostile}),
+    )
+    result = runner.run(spec)
+    assert result.ok, (result.status, result.failures, result.error_line)
+    assert not canary.exists(), "Ansible templated an extra var"
+    assert out.read_text() == "|".join([hostile] * 3)

@@ -1,0 +1,82 @@
+"""A job's ``job.json``, read as hostile input.
+
+``<shared>/jobs/NAME/job.json`` lives on the shared directory, which the unprivileged cluster user can write. Its
+fields decide which hosts Ansible reaches and which unit it stops, so nothing in it is trusted: the name must be
+the job's own, the unit is derived from the name (never read), hosts must be host names, and every path must be
+absolute and inside the shared directory. Every string goes through :mod:`megaprov.values`.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from megaprov import render, values
+from megaprov.errors import UsageError
+
+STATE = re.compile(r"^[a-z][a-z-]{0,31}$")
+_HINT = "job.json is written by megaprov (the cluster user can change it): restore it or remove the job directory"
+
+
+@dataclass(frozen=True)
+class JobMeta:
+    name: str
+    hosts: tuple[str, ...]
+    shared_dir: str
+    job_dir: str
+    checkpoint_dir: str
+    unit: str  # derived from the name, never read from the file
+    state: str
+    started: str | None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def _check(check: Any, value: Any, where: str, *args: Any) -> Any:
+    try:
+        return check(value, where, *args)
+    except values.BadValue as bad:
+        raise UsageError(bad.message, _HINT) from None
+
+
+def parse(text: str, where: str, name: str) -> JobMeta:
+    """The checked fields of a job.json text for the job ``name`` (its directory name). Pure."""
+    values.job_name(name, "job name")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not valid JSON (line {exc.lineno})", _HINT) from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: must be a JSON object", _HINT)
+    recorded = _check(values.job_name, data.get("name"), f"{where}: name")
+    if recorded != name:
+        raise UsageError(f"{where}: name={values.shown(recorded)} is not the job's directory name {name!r}", _HINT)
+    shared = _check(values.absolute_path, data.get("shared_dir"), f"{where}: shared_dir")
+    if shared == "/":
+        raise UsageError(f"{where}: shared_dir='/' is not a shared directory", _HINT)
+    job_dir = _check(values.absolute_path, data.get("job_dir"), f"{where}: job_dir")
+    if job_dir != posixpath.join(shared, "jobs", name):
+        raise UsageError(f"{where}: job_dir={values.shown(job_dir)} is not {posixpath.join(shared, 'jobs', name)}", _HINT)
+    checkpoint = _check(values.absolute_path, data.get("checkpoint_dir"), f"{where}: checkpoint_dir")
+    if not values.inside(checkpoint, shared) or checkpoint == shared:
+        raise UsageError(f"{where}: checkpoint_dir={values.shown(checkpoint)} is not inside {shared}", _HINT)
+    hosts = data.get("hosts")
+    if not isinstance(hosts, list) or not 1 <= len(hosts) <= values.MAX_HOSTS:
+        raise UsageError(f"{where}: hosts={values.shown(hosts)} must be a list of 1 to {values.MAX_HOSTS:,} host names", _HINT)
+    for index, host in enumerate(hosts):
+        _check(values.host_name, host, f"{where}: hosts[{index}]")
+    state = data.get("state", "?")
+    if not isinstance(state, str) or not STATE.fullmatch(state):
+        raise UsageError(f"{where}: state={values.shown(state)} is not a job state", _HINT)
+    started = data.get("started")
+    if started is not None:
+        _check(values.text, started, f"{where}: started", 64)
+    return JobMeta(name, tuple(hosts), shared, job_dir, checkpoint, render.unit_name(name), state, started, data)
+
+
+def load(path: Path, name: str) -> JobMeta:
+    """Read and check ``path`` (at most 1 MiB of UTF-8 JSON)."""
+    return parse(values.read_text(path, "job file"), str(path), name)

@@ -1,0 +1,296 @@
+"""Typed user strings: the one place where every string from a user or a file gets its type and its checks.
+
+Everything megaprov reads from the inventory, group_vars/host_vars, a job spec, a job's ``job.json`` or the
+command line is one of a few kinds: an identifier (job name, environment variable name, POSIX user), a host
+name or address, an absolute path, a path inside a root, or free text. Each kind has one checker here; each
+raises :class:`UsageError` with one line that names the field, the bad value (``repr``, shortened) and the fix.
+Nothing here trusts a value because of where it came from.
+
+Rendering a checked value into a target (a shell script, a systemd unit, an ``#SBATCH`` line) goes through that
+target's quoting, also here: :func:`shell_quote`, :func:`systemd_value`, :func:`systemd_exec_arg` /
+:func:`systemd_exec_line` and :func:`sbatch_value`.
+
+Bounds (what a real cluster can have) are constants, documented in the README's "Input validation" section.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import posixpath
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from megaprov.errors import UsageError
+
+# ---- bounds: what a real cluster can have
+MAX_TEXT = 4096  # one free-text value (a path, a command-line argument, an environment value)
+MAX_PATH = 4096  # Linux PATH_MAX
+MAX_HOSTS = 10_000  # hosts in one inventory (the largest training clusters have a few thousand nodes)
+MAX_LIST = 1_000  # items in one list of a job spec (extra_args, data prefixes)
+MAX_FILE_BYTES = 1 << 20  # a job spec, a job.json, a -e @file: 1 MiB
+MAX_VARS_FILE_BYTES = 16 << 20  # one group_vars/host_vars file
+
+# C0 controls (newline, CR, NUL, tab, escape, ...), DEL, C1 controls and the Unicode line/paragraph separators:
+# each can end a line or change a terminal in one of the targets (shell, systemd, sbatch, YAML, a TTY).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+JOB_NAME_HINT = "use lower-case letters, digits, '.', '_' and '-' (at most 63, starting with a letter or digit)"
+HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+POSIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# #SBATCH lines are read by sbatch, not by a shell: no quoting exists there, so only plain words pass.
+SBATCH_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,+:-]{0,127}$")
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """A value for an error message: its repr on one line, shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class BadValue(UsageError):
+    """A value failed its type's check: ``problem`` says what is wrong with it, ``hint`` how to fix it."""
+
+    def __init__(self, field: str, value: Any, problem: str, fix: str) -> None:
+        super().__init__(f"{field}={shown(value)} {problem}" if field else f"{shown(value)} {problem}", fix)
+        self.field = field
+        self.value = value
+        self.problem = problem
+
+
+def _fail(field: str, value: Any, problem: str, fix: str) -> BadValue:
+    return BadValue(field, value, problem, fix)
+
+
+def control_character(value: str) -> str | None:
+    """The first control character in ``value`` as an escape (``'\\n'``), or None."""
+    match = _CONTROL.search(value)
+    return repr(match.group(0))[1:-1] if match else None
+
+
+def text(value: Any, field: str, max_len: int = MAX_TEXT, empty: bool = True) -> str:
+    """Free text: a string without control characters, at most ``max_len`` characters."""
+    if not isinstance(value, str):
+        raise _fail(field, value, "must be a string", "quote the value")
+    bad = control_character(value)
+    if bad:
+        raise _fail(field, value, f"contains the control character {bad}", "remove it: values are rendered into scripts and units")
+    if len(value) > max_len:
+        raise _fail(field, value, f"is {len(value)} characters long", f"use at most {max_len}")
+    if not empty and not value:
+        raise _fail(field, value, "is empty", "give a value")
+    return value
+
+
+def job_name(value: Any, field: str = "job name") -> str:
+    """A job name: directory, unit and Slurm job name (``JOB_NAME``); never a path."""
+    if not isinstance(value, str) or not JOB_NAME.fullmatch(value):
+        raise _fail(field, value, "is not a job name", JOB_NAME_HINT)
+    return value
+
+
+def identifier(value: Any, field: str) -> str:
+    """A name made of letters, digits and ``_`` that does not start with a digit (a JSON key, a file suffix)."""
+    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
+        raise _fail(field, value, "is not an identifier", "use letters, digits and _ (at most 64, not starting with a digit)")
+    return value
+
+
+def env_name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not ENV_NAME.fullmatch(value):
+        raise _fail(field, value, "is not an environment variable name", "use letters, digits and _, not starting with a digit")
+    return value
+
+
+def posix_user(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not POSIX_USER.fullmatch(value):
+        raise _fail(field, value, "is not a user name", "use lower-case letters, digits, _ and - (at most 32, not starting with a digit or -)")
+    return value
+
+
+def host_name(value: Any, field: str) -> str:
+    """An inventory host name: it goes into /etc/hosts, unit descriptions and log file names."""
+    if not isinstance(value, str) or not HOST_NAME.fullmatch(value):
+        raise _fail(field, value, "is not a valid host name", "use letters, digits, dots and dashes")
+    return value
+
+
+def host_address(value: Any, field: str = "ansible_host") -> str:
+    """An address Ansible connects to: an IPv4/IPv6 address or a DNS host name, nothing else (no options, no
+    shell). A name whose last label is all digits (``999.1.1.1``) is a mistyped IPv4 address, not a name."""
+    if not isinstance(value, str) or not value:
+        raise _fail(field, value, "is not an IP address or host name", "write an address such as 10.0.0.5 or a name such as node1.example.org")
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if HOST_NAME.fullmatch(value) and not value.rstrip(".").rsplit(".", 1)[-1].isdigit():
+        return value
+    raise _fail(field, value, "is not an IP address or host name", "write an address such as 10.0.0.5 or a name such as node1.example.org")
+
+
+def absolute_path(value: Any, field: str) -> str:
+    """An absolute path without control characters or ``..``, normalised (``/a//b/`` -> ``/a/b``)."""
+    path: str = text(value, field, MAX_PATH, empty=False)
+    if not path.startswith("/"):
+        raise _fail(field, path, "is not an absolute path", "start it with /")
+    if ".." in path.split("/"):
+        raise _fail(field, path, "contains '..'", "write the path without '..'")
+    return "/" + posixpath.normpath(path).lstrip("/")
+
+
+def relative_path(value: Any, field: str) -> str:
+    """A relative path that stays inside whatever root it is joined to: normalised, never leaving it."""
+    path: str = text(value, field, MAX_PATH, empty=False)
+    if path.startswith("/"):
+        raise _fail(field, path, "is not a relative path", "drop the leading /")
+    normal = posixpath.normpath(path)
+    if normal == ".." or normal.startswith("../"):
+        raise _fail(field, path, "leaves its directory through '..'", "write a path inside it, without '..'")
+    if normal == ".":
+        raise _fail(field, path, "names no file", "give a path such as data/corpus")
+    return normal
+
+
+def path_in_root(value: Any, field: str, root: str | None = None) -> str:
+    """A path that must stay inside ``root`` (the shared directory): a relative path, or an absolute one.
+    With ``root``, the result is absolute and inside it; without, relative paths are only checked to stay inside
+    whatever root they are joined to later."""
+    if isinstance(value, str) and value.startswith("/"):
+        path = absolute_path(value, field)
+    else:
+        path = relative_path(value, field)
+        if root is None:
+            return path
+        path = posixpath.join(root, path)
+    if root is not None and not inside(path, root):
+        raise _fail(field, value, f"is not inside {root}", f"use a path under {root} (or a relative path)")
+    return path
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether normalised absolute ``path`` is ``root`` or below it (pure string test, no symlinks)."""
+    root = root.rstrip("/") or "/"
+    return root == "/" or path == root or path.startswith(root + "/")
+
+
+def bounded_int(value: Any, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(field, value, "is not a whole number", "write an integer")
+    if not low <= value <= high:
+        raise _fail(field, value, "is out of range", f"use a value from {low} to {high}")
+    return value
+
+
+def check_tree(value: Any, field: str, depth: int = 0) -> None:
+    """Every string in a nested value (lists, mappings, keys included) is free text; nesting is bounded."""
+    if depth > 32:
+        raise _fail(field, "...", "is nested too deeply", "flatten the value")
+    if isinstance(value, str):
+        text(value, field)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                text(key, f"{field} key", 256)
+            check_tree(item, f"{field}.{key}", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_tree(item, f"{field}[{index}]", depth + 1)
+
+
+# ---- quoting per render target
+
+
+def shell_quote(value: str, field: str = "value") -> str:
+    """One shell word (bash): single-quoted where needed; control characters are refused, not quoted."""
+    return shlex.quote(text(value, field))
+
+
+def systemd_value(value: str, field: str = "value") -> str:
+    """A value for a unit file setting (``Description=``, ``User=``, ``WorkingDirectory=``, ...), systemd.syntax(7):
+    no control characters (a newline would start a new setting), no trailing backslash (it joins the next line),
+    and ``%`` written ``%%`` (specifiers are expanded in most settings)."""
+    text(value, field)
+    if value.endswith("\\"):
+        raise _fail(field, value, "ends with a backslash", "a unit file would join the next line to it: remove it")
+    return value.replace("%", "%%")
+
+
+_EXEC_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./$-]+$")
+
+
+def systemd_exec_arg(value: str, field: str = "argument") -> str:
+    """One word of ``ExecStart=`` (systemd.service(5) "Command lines"): ``%`` -> ``%%`` (specifiers) and ``$`` ->
+    ``$$`` (environment expansion); a word with spaces, quotes, backslashes or other specials is double-quoted
+    with C escapes; a lone ``;`` (the command separator) is written ``\\;``."""
+    text(value, field)
+    escaped = value.replace("%", "%%").replace("$", "$$")
+    if value == ";":
+        return "\\;"
+    if escaped and _EXEC_PLAIN.fullmatch(escaped):
+        return escaped
+    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def systemd_exec_line(argv: Sequence[str], field: str = "ExecStart") -> str:
+    """A whole command line for ``ExecStart=``: an absolute executable (no ``@-:+!`` prefix), then its arguments."""
+    if not argv:
+        raise UsageError(f"{field}: empty command", "give an executable")
+    absolute_path(argv[0], f"{field} executable")
+    return " ".join(systemd_exec_arg(word, field) for word in argv)
+
+
+def sbatch_value(value: Any, field: str) -> str:
+    """A value for an ``#SBATCH --key=value`` line (partition, account, qos): sbatch reads these lines itself and
+    quotes nothing, so only a plain word (letters, digits, ``_.,+:-``) is accepted."""
+    if not isinstance(value, str) or not SBATCH_WORD.fullmatch(value):
+        raise _fail(field, value, "is not a plain Slurm name", "use letters, digits and _.,+:- (at most 128), as sinfo/sacctmgr show them")
+    return value
+
+
+# ---- files read from users
+
+
+def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """A file's bytes, or one clear line why not: does not exist, is a directory, symlink loop, unreadable, too big."""
+    file = Path(path)
+    try:
+        info = file.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{what} {file} is a symlink loop", "point the link at a real file") from None
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            dangling = " (a dangling symlink)" if file.is_symlink() else ""
+            raise UsageError(f"{what} {file} does not exist{dangling}", "check the path") from None
+        raise UsageError(f"{what} {file} cannot be read ({exc.strerror or exc.__class__.__name__})", "check its permissions") from None
+    if file.is_dir():
+        raise UsageError(f"{what} {file} is a directory", "pass the path of a file")
+    if info.st_size > max_bytes:
+        raise UsageError(f"{what} {file} is {info.st_size:,} bytes", f"keep it under {max_bytes:,} bytes")
+    try:
+        with file.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise UsageError(f"{what} {file} cannot be read ({exc.strerror or exc.__class__.__name__})", "check its permissions") from None
+    if len(data) > max_bytes:
+        raise UsageError(f"{what} {file} is larger than {max_bytes:,} bytes", f"keep it under {max_bytes:,} bytes")
+    return data
+
+
+def decode_utf8(data: bytes, what: str) -> str:
+    """UTF-8 text (a leading byte-order mark is kept: callers decide), or one line naming the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"{what} is not UTF-8 (byte 0x{data[exc.start]:02x} on line {line})", "save it as UTF-8") from None
+
+
+def read_text(path: str | Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """A UTF-8 text file (see :func:`read_bytes`); a leading byte-order mark is dropped."""
+    return decode_utf8(read_bytes(path, what, max_bytes), f"{what} {path}").removeprefix("\ufeff")
