@@ -27,7 +27,11 @@ def main() -> int:
         print(f"collections: {', '.join(COLLECTIONS)} already in {TARGET}")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", tmp, ANSIBLE_WHEEL], check=True)
+        argv = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:", "-d", tmp]
+        # pip's own warnings (find-links folders that do not exist on this machine, ...) only matter when it fails
+        proc = subprocess.run([*argv, ANSIBLE_WHEEL], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            sys.exit(f"collections: pip download {ANSIBLE_WHEEL} failed:\n{proc.stderr[-3000:]}")
         wheel = next(Path(tmp).glob("ansible-*.whl"))
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         if digest != SHA256:

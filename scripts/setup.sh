@@ -55,7 +55,7 @@ if [ ! -f "$stamp" ]; then
   echo "setup: pip install -e .[$EXTRAS]"
   pip_quiet -e ".[$EXTRAS]"
   # The extras are the contract: fail here, not halfway through the main command, when one did not install.
-  .venv/bin/python -c 'import torch, megatron.core, tokenizers, ansible_runner, megaprov' || { echo "setup: the $EXTRAS environment is incomplete" >&2; exit 1; }
+  .venv/bin/python -W ignore -c 'import torch, megatron.core, tokenizers, ansible_runner, megaprov' || { echo "setup: the $EXTRAS environment is incomplete" >&2; exit 1; }
   rm -f .venv/.megaprov-*
   touch "$stamp"
 fi

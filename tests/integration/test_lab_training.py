@@ -12,6 +12,8 @@ import pytest
 import yaml
 from conftest import ROOT, megaprov, podman_exec
 
+from megaprov import jobs
+
 pytestmark = pytest.mark.lab
 
 UNIT = "megaprov-job-{}.service"
@@ -125,8 +127,21 @@ def test_a_killed_rank_restarts_and_resumes_from_the_last_checkpoint(cluster, tm
             time.sleep(0.2)
         else:
             pytest.fail("the job never reached iteration 25")
-        killed = podman_exec(cluster["nodes"][1]["container"], "pkill", "-9", "-f", r"python[0-9.]* -u \S*megaprov_trainer\.py")
+        # As the kernel's OOM killer would: the rank AND its torchrun agent (the pattern matches both command lines).
+        node2 = cluster["nodes"][1]["container"]
+        killed = podman_exec(node2, "pkill", "-9", "-f", "megaprov.trainer")
+        killed_at = time.monotonic()
         assert killed.returncode == 0, "no rank process to kill on node2"
+        # The unit must not wait out TimeoutStopSec for orphaned ranks: it restarts RestartSec after the kill.
+        restarted = None
+        while time.monotonic() - killed_at < 120:
+            show = podman_exec(node2, "systemctl", "show", UNIT.format(name), "--property=NRestarts,ActiveState").stdout
+            state = dict(line.partition("=")[::2] for line in show.splitlines())
+            if state.get("NRestarts") == "1" and state.get("ActiveState") == "active":
+                restarted = time.monotonic() - killed_at
+                break
+            time.sleep(0.5)
+        assert restarted is not None and restarted < jobs.RESTART_SEC + 8, f"node2's unit restarted {restarted} s after the kill"
         out, err = proc.communicate(timeout=600)
     finally:
         proc.kill()
@@ -208,3 +223,34 @@ def test_stop_saves_a_checkpoint_and_resume_continues_to_the_verdict(cluster, tm
     assert report["verdict"] == "passed" and report["iterations"]["last"] == 60
     assert report["job"]["resumes"] == 1
     assert [r["resumed_from"] for r in report["restarts"]] == [stopped_at]
+
+
+def test_a_detached_job_gets_its_verdict_when_its_state_is_read(cluster, tmp_path):
+    name = "tiny-detached"
+    spec = job_file(tmp_path, name, **{"train.train_iters": 30})
+    code, doc, err = megaprov("train", "--job", spec, "-i", cluster["inventory"], "--detach", "--output", "json")
+    assert code == 0 and doc["result"]["state"] == "running", err
+    logs = [cluster["shared"] / "jobs" / name / "logs" / f"{n}.log" for n in ("node1", "node2")]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not all(p.is_file() and "torchrun exited with 0" in p.read_text() for p in logs):
+        time.sleep(0.5)
+    assert not (cluster["shared"] / "jobs" / name / "report.json").exists(), "nobody followed the job, yet it has a report"
+    code, doc, err = megaprov("jobs", "--output", "json")
+    assert code == 0, err
+    row = next(j for j in doc["result"]["jobs"] if j["name"] == name)
+    assert row["state"] == "finished" and row["verdict"] == "passed", row
+    code, doc, err = megaprov("job", "status", name, "--output", "json")
+    assert code == 0 and doc["result"]["verdict"] == "passed" and doc["result"]["state"] == "finished", err
+
+
+def test_resuming_a_running_job_says_it_runs_and_how_to_follow_it(cluster, tmp_path):
+    name = "tiny-running"
+    code, doc, err = megaprov("train", "--job", job_file(tmp_path, name), "-i", cluster["inventory"], "--detach", "--output", "json")
+    assert code == 0, err
+    try:
+        code, _, err = megaprov("train", "--resume", name, "--output", "json")
+        assert code == 2, err
+        assert f"job {name} is running on node1" in err and f"megaprov job status {name}" in err, err
+        assert "port" not in err.split(":", 1)[0] and "another job" not in err
+    finally:
+        megaprov("job", "stop", name, "--output", "json")
