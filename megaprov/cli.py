@@ -78,6 +78,19 @@ def _positive(text: str) -> int:
     return value
 
 
+def _upto(high: int) -> Any:
+    """A whole number from 1 to ``high``: every size flag is bounded by what a real cluster can have."""
+
+    def parse(text: str) -> int:
+        value = _positive(text) if len(text) <= 20 else high + 1
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{text[:24]!r} is more than {high:,}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Provision GPU machines into a verified Megatron-LM training cluster.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -88,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("inventory", help="INI inventory (megaprov lab up writes one)")
         p.add_argument("--limit", help="only these hosts/groups (Ansible pattern)")
         p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE", help="set a variable (or @file.yml)")
-        p.add_argument("--forks", type=_positive, help="parallel hosts (default from ansible.cfg)")
+        p.add_argument("--forks", type=_upto(1000), help="parallel hosts (default from ansible.cfg)")
         p.add_argument(
             "--strategy",
             choices=STRATEGIES,
@@ -147,8 +160,8 @@ def _job_parsers(sub: Any) -> None:
 
     def shape(p: argparse.ArgumentParser) -> None:
         p.add_argument("-i", "--inventory", help="cluster inventory: training nodes are [gpu_nodes]")
-        p.add_argument("--nodes", type=_positive, help="nodes (default: the spec's launch.nodes)")
-        p.add_argument("--gpus-per-node", type=_positive, help="GPUs per node (default: inventory, then launch.gpus_per_node)")
+        p.add_argument("--nodes", type=_upto(10_000), help="nodes (default: the spec's launch.nodes)")
+        p.add_argument("--gpus-per-node", type=_upto(64), help="GPUs per node (default: inventory, then launch.gpus_per_node)")
         p.add_argument("--gpu", help="GPU model, e.g. H100-SXM, H200, A100-80GB (default: the inventory's megaprov_gpu_model)")
 
     job = sub.add_parser("job", help="job spec (schema, check) and running jobs (status, logs, stop)")
@@ -159,7 +172,7 @@ def _job_parsers(sub: Any) -> None:
         p.add_argument("-i", "--inventory", help="the cluster's inventory (default: the one the job was started with)")
         if action == "logs":
             p.add_argument("--node", help="this node's log (default: the last node, where the last rank prints)")
-            p.add_argument("--lines", type=_positive, default=50, help="last N lines")
+            p.add_argument("--lines", type=_upto(1_000_000), default=50, help="last N lines")
         output(p)
     schema = job_sub.add_parser("schema", help="print the JSON Schema of gpt.yml")
     schema.add_argument("--output", choices=("json",), default="json", help=argparse.SUPPRESS)
@@ -173,7 +186,7 @@ def _job_parsers(sub: Any) -> None:
     shape(plan)
     plan.add_argument("--mfu", type=_fraction, help="model FLOPs utilisation to assume for large GEMMs (default 0.5)")
     plan.add_argument("--suggest", action="store_true", help="rank the layouts that fit by estimated throughput")
-    plan.add_argument("--top", type=_positive, default=10, help="layouts to list with --suggest")
+    plan.add_argument("--top", type=_upto(1000), default=10, help="layouts to list with --suggest")
     output(plan)
 
     train = sub.add_parser("train", help="start a training job on the cluster, follow it and judge it")
@@ -182,7 +195,9 @@ def _job_parsers(sub: Any) -> None:
     train.add_argument("--name", help="job name (default: the spec's name)")
     train.add_argument("--resume", metavar="JOB", help="start an existing job again; it continues from its latest checkpoint")
     train.add_argument("--detach", action="store_true", help="start and return; follow later with `megaprov job status`")
-    train.add_argument("--stall-timeout", type=_positive, default=600, help="seconds without output from any node before giving up (default 600)")
+    train.add_argument(
+        "--stall-timeout", type=_upto(7 * 86400), default=600, help="seconds without output from any node before giving up (default 600)"
+    )
     train.add_argument("--dry-run", action="store_true", help="render and print, start nothing")
     train.add_argument(
         "--strategy",
@@ -207,13 +222,13 @@ def _job_parsers(sub: Any) -> None:
     prep.add_argument("--tokenizer-path", help="tokenizer.json or its directory (huggingface)")
     prep.add_argument("--eod-token", help="end-of-document token (default: <|endoftext|>, </s>, ...)")
     prep.add_argument("--json-keys", nargs="+", default=["text"], help="JSON fields to tokenise (default: text)")
-    prep.add_argument("--workers", type=_positive, default=1, help="tokenising processes")
+    prep.add_argument("--workers", type=_upto(256), default=1, help="tokenising processes")
     prep.add_argument("--no-append-eod", dest="append_eod", action="store_false", help="do not end each document with the EOD token")
     prep.add_argument("-i", "--inventory", help="a relative --output-prefix goes into this cluster's shared directory")
     output(prep)
     corpus = data_sub.add_parser("corpus", help="generate a small synthetic JSONL corpus (the lab's quick start)")
     corpus.add_argument("--output-file", required=True, metavar="FILE.jsonl")
-    corpus.add_argument("--documents", type=_positive, default=2000)
+    corpus.add_argument("--documents", type=_upto(100_000_000), default=2000)
     corpus.add_argument("--seed", type=int, default=1234)
     output(corpus)
 
@@ -409,11 +424,24 @@ def _cmd_job_running(args: argparse.Namespace) -> Outcome:
 def _shared_prefix(inventory: str, prefix: str) -> str:
     """A relative --output-prefix lands in the cluster's shared directory, where this machine sees it."""
     from megaprov import jobs
+    from megaprov import values as typed
 
     if prefix.startswith("/"):
         raise UsageError(f"--output-prefix {prefix} is absolute but -i puts it under the shared directory", "give a relative prefix, e.g. data/lab")
-    path = jobs.shared_view(inventory) / prefix
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    relative = typed.relative_path(prefix, "--output-prefix")
+    root = jobs.shared_view(inventory).resolve()
+    path = root / relative
+    # A link inside the shared directory (the cluster user can make one) must not lead the output out of it.
+    parent = path.parent.resolve()
+    if not typed.inside(str(parent), str(root)):
+        raise UsageError(f"--output-prefix {prefix}: {path.parent} leads outside the shared directory {root}", "give a prefix inside it")
+    try:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"--output-prefix {prefix}: cannot create {path.parent} ({exc.strerror})",
+            "check the shared directory's permissions",
+        ) from None
     return str(path)
 
 
@@ -429,6 +457,7 @@ def _cmd_data(args: argparse.Namespace) -> Outcome:
         if not quiet:
             console().print(f"data: {args.documents:,} documents, {size:,} bytes in {args.output_file}", markup=False)
         return Outcome("data corpus", {"file": args.output_file, "documents": args.documents, "bytes": size})
+    data.check_arguments(args.input, args.output_prefix, args.json_keys, args.workers)  # before the slow imports
     if args.inventory:
         args.output_prefix = _shared_prefix(args.inventory, args.output_prefix)
 

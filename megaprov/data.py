@@ -23,9 +23,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from megaprov import values
 from megaprov.errors import EnvironmentProblem, UsageError
 
 BATCH_LINES = 512
+MAX_WORKERS = 256
+MAX_INPUTS = 100_000
 BATCH_BYTES = 4 * 1024 * 1024
 TOKENIZER_TYPES = ("byte", "gpt2-bpe", "huggingface")
 
@@ -170,14 +173,16 @@ def _encode(batch: Batch) -> Encoded:
         where = f"{batch.source}:{batch.first_line + offset}"
         try:
             record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return Encoded({}, size, 0, f"{where}: not a JSON object ({exc.msg if hasattr(exc, 'msg') else exc})")
+        except UnicodeDecodeError as exc:
+            return Encoded({}, size, 0, f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x}); save the file as UTF-8")
+        except (json.JSONDecodeError, RecursionError) as exc:
+            return Encoded({}, size, 0, f"{where}: not a JSON object ({getattr(exc, 'msg', 'nested too deeply')})")
         if not isinstance(record, dict):
             return Encoded({}, size, 0, f"{where}: a line must be a JSON object, not {type(record).__name__}")
         for key in keys:
             value = record.get(key)
             if not isinstance(value, str):
-                what = "has no key" if value is None else f"has a non-string {type(value).__name__} under"
+                what = "has no key" if key not in record else f"has {'null' if value is None else 'a non-string ' + type(value).__name__} under"
                 return Encoded({}, size, 0, f"{where}: the record {what} {key!r}; use --json-keys with the field holding the text")
             texts[key].append(value)
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -279,31 +284,23 @@ def prepare(
     progress_every: float = 1.0,
 ) -> PrepareResult:
     """Tokenise JSONL ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx}`` per JSON key."""
+    check_arguments(inputs, output_prefix, json_keys, workers)
     paths = [Path(p) for p in inputs]
-    if not paths:
-        raise DataError("no --input given", "pass one or more JSONL files")
-    for p in paths:
-        if not p.is_file():
-            raise DataError(f"--input {p} does not exist", "pass JSONL files, one JSON object per line")
-    if workers < 1:
-        raise DataError(f"--workers {workers} must be at least 1", "use 1 or more")
     keys = tuple(dict.fromkeys(json_keys))
-    if not keys or any(not k for k in keys):
-        raise DataError("--json-keys is empty", "name the JSON field(s) holding the text, e.g. --json-keys text")
     prefix = Path(output_prefix)
     if not prefix.parent.is_dir():
         raise DataError(f"--output-prefix {prefix}: directory {prefix.parent} does not exist", "create it or choose another prefix")
+    if not os.access(prefix.parent, os.W_OK | os.X_OK):
+        raise DataError(f"--output-prefix {prefix}: directory {prefix.parent} is not writable", "choose a prefix in a directory you can write")
     tok = build_tokenizer(tokenizer)  # fail on a bad tokenizer before starting workers
 
-    try:
-        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
-    except ImportError:
-        raise EnvironmentProblem("megatron-core is not installed", "pip install 'megaprov[train]' (megatron-core writes the .bin/.idx)") from None
-
-    dtype = DType.optimal_dtype(tok.vocab_size)
     names = {k: f"{prefix}_{k}_document" for k in keys}
     tmp = {k: f"{names[k]}.partial-{os.getpid()}" for k in keys}
-    builders = {k: IndexedDatasetBuilder(tmp[k] + ".bin", dtype=dtype) for k in keys}
+    for key in keys:
+        for ext in (".bin", ".idx"):
+            if Path(names[key] + ext).is_dir():
+                raise DataError(f"--output-prefix {prefix}: {names[key] + ext} is a directory", "choose another prefix")
+    builders: dict[str, Any] = {}
     progress = Progress()
     start = last = time.monotonic()
     done = False
@@ -311,6 +308,8 @@ def prepare(
         for encoded in _ordered(paths, workers, (tokenizer, keys, append_eod)):
             if encoded.error:
                 raise DataError(encoded.error.split("; ")[0], encoded.error.split("; ")[1] if "; " in encoded.error else "fix or remove that line")
+            if not builders:  # megatron-core (and torch) load only once the first batch is known to be good
+                builders = _builders(tmp, keys, tok.vocab_size)
             for key in encoded.docs:
                 builder = builders[key]
                 for ids in encoded.documents(key):
@@ -324,10 +323,10 @@ def prepare(
                 progress.seconds = now - start
                 on_progress(progress)
                 last = now
-        for key, builder in builders.items():
-            builder.finalize(tmp[key] + ".idx")
         if progress.docs == 0:
             raise DataError("the input holds no non-empty documents", "check --json-keys and the files' content")
+        for key, builder in builders.items():
+            builder.finalize(tmp[key] + ".idx")
         files = []
         for key in keys:
             for ext in (".bin", ".idx"):
@@ -343,6 +342,52 @@ def prepare(
     if on_progress:
         on_progress(progress)
     return PrepareResult(names, files, tokenizer.type, tok.vocab_size, tok.eod, workers, progress)
+
+
+def check_arguments(inputs: Sequence[str | Path], output_prefix: str | Path, json_keys: Sequence[str], workers: int) -> None:
+    """Every argument of ``data prepare`` that can be checked without torch: raised in well under a second."""
+    try:
+        _check_arguments(inputs, output_prefix, json_keys, workers)
+    except values.BadValue as bad:
+        raise DataError(bad.message, bad.hint) from None
+
+
+def _check_arguments(inputs: Sequence[str | Path], output_prefix: str | Path, json_keys: Sequence[str], workers: int) -> None:
+    if not inputs:
+        raise DataError("no --input given", "pass one or more JSONL files")
+    if len(inputs) > MAX_INPUTS:
+        raise DataError(f"{len(inputs):,} --input files", f"pass at most {MAX_INPUTS:,} (concatenate the rest)")
+    for raw in inputs:
+        values.text(str(raw), "--input", values.MAX_PATH, empty=False)
+        p = Path(raw)
+        if p.is_dir():
+            raise DataError(f"--input {p} is a directory", "pass JSONL files, one JSON object per line")
+        if not p.is_file():
+            raise DataError(f"--input {p} does not exist", "pass JSONL files, one JSON object per line")
+        if not os.access(p, os.R_OK):
+            raise DataError(f"--input {p} is not readable", "check its permissions")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise DataError(f"--workers {workers} is out of range", f"use 1 to {MAX_WORKERS}")
+    keys = tuple(dict.fromkeys(json_keys))
+    if not keys:
+        raise DataError("--json-keys is empty", "name the JSON field(s) holding the text, e.g. --json-keys text")
+    for key in keys:  # each key becomes part of a file name: <prefix>_<key>_document.bin
+        values.identifier(key, "--json-keys")
+    prefix = values.text(str(output_prefix), "--output-prefix", values.MAX_PATH, empty=False)
+    if prefix.endswith("/") or Path(prefix).name in ("", ".", ".."):
+        raise DataError(f"--output-prefix {prefix!r} names a directory", "end it with a file name prefix, e.g. data/lab")
+
+
+def _builders(tmp: dict[str, str], keys: tuple[str, ...], vocab_size: int) -> dict[str, Any]:
+    try:
+        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+    except ImportError:
+        raise EnvironmentProblem("megatron-core is not installed", "pip install 'megaprov[train]' (megatron-core writes the .bin/.idx)") from None
+    dtype = DType.optimal_dtype(vocab_size)
+    try:
+        return {k: IndexedDatasetBuilder(tmp[k] + ".bin", dtype=dtype) for k in keys}
+    except OSError as exc:
+        raise DataError(f"cannot write {exc.filename or tmp[keys[0]]} ({exc.strerror})", "choose an output prefix in a writable directory") from None
 
 
 # ---- a corpus megaprov generates (the lab's quick start and tests; no download)
@@ -366,8 +411,15 @@ def synthetic_corpus(path: Path, documents: int, seed: int = 1234) -> int:
             sentences.append(f"{rng.choice(_SUBJECTS).capitalize()} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} {rng.choice(_ENDINGS)}")
         lines.append(json.dumps({"id": index, "text": " ".join(sentences)}))
     text = "\n".join(lines) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise DataError(f"--output-file {path} is a directory", "give a file name, e.g. corpus.jsonl")
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        if tmp.is_file():
+            tmp.unlink()
+        raise DataError(f"--output-file {path}: cannot write ({exc.strerror})", "choose a writable location") from None
     return len(text)

@@ -68,7 +68,7 @@ def parse(text: str, where: str, name: str) -> JobMeta:
         raise UsageError(f"{where}: hosts={values.shown(hosts)} must be a list of 1 to {values.MAX_HOSTS:,} host names", _HINT)
     for index, host in enumerate(hosts):
         _check(values.host_name, host, f"{where}: hosts[{index}]")
-    state = data.get("state", "?")
+    state = data.get("state", "unknown")
     if not isinstance(state, str) or not STATE.fullmatch(state):
         raise UsageError(f"{where}: state={values.shown(state)} is not a job state", _HINT)
     started = data.get("started")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import re
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ SHARED_ACTION = "megaprov_shared_check"
 FABRIC_ACTION = "megaprov_rdma_facts"
 GPU_ACTION = "megaprov_gpu_state"
 NCCL_ACTION = "megaprov_nccl_check"
+COMPUTE_ACTION = "megaprov_compute_rate"
 
 
 @dataclass(frozen=True)
@@ -49,21 +51,38 @@ class Report:
     fabric: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> summary, ports, nccl_env
     gpu: dict[str, str] = field(default_factory=dict)  # host -> what the driver stage found
     nccl: list[str] = field(default_factory=list)  # one line per all_reduce_perf run
+    compute: dict[str, str] = field(default_factory=dict)  # host -> its measured GEMM rate (stored and this run's)
     stages: list[dict[str, Any]] = field(default_factory=list)  # stage, seconds: where the time went, in order
     exit_code: ExitCode = ExitCode.OK
     error: str | None = None
 
 
 def check_limit(limit: str, inventory: inv.Inventory) -> None:
-    """Reject a --limit that names no known host or group (wildcards and regexes pass through)."""
+    """Reject a --limit that names no known host or group, or whose wildcard or ~regex matches none: Ansible would
+    only stop later with "no hosts matched" (exit 3)."""
+    from megaprov import values
+
+    values.text(limit, "--limit", 10_000, empty=False)
+    if limit.startswith("@"):  # a retry file: Ansible reads the host names from it
+        return
+    names = [*inventory.hosts, *inventory.groups, "all"]
     for part in re.split(r"[,:]", limit):
         name = part.lstrip("!&")
-        if not name or any(c in name for c in "*?[~"):
+        if not name:
             continue
-        if name not in inventory.hosts and name not in inventory.groups and name != "all":
-            raise UsageError(
-                f"--limit {limit}: {name!r} is neither a host nor a group of {inventory.path.name}", "use host or group names from the inventory"
-            )
+        if name.startswith("~"):
+            try:
+                pattern = re.compile(name[1:])
+            except re.error as exc:
+                raise UsageError(f"--limit {limit}: {name!r} is not a regular expression ({exc})", "fix the pattern after ~") from None
+            matched = any(pattern.match(n) for n in names)
+        elif any(c in name for c in "*?["):
+            matched = any(fnmatch.fnmatchcase(n, name) for n in names)
+        else:
+            matched = name in inventory.hosts or name in inventory.groups or name == "all"
+        if not matched:
+            what = "matches no host or group" if name[:1] == "~" or any(c in name for c in "*?[") else "is neither a host nor a group"
+            raise UsageError(f"--limit {limit}: {name!r} {what} of {inventory.path.name}", "use host or group names from the inventory")
 
 
 def check_tags(flag: str, tags: tuple[str, ...]) -> None:
@@ -165,7 +184,7 @@ def stage_seconds(plays: list[tuple[str, float]], stage_of: dict[str, str], ende
 
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
-    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION))
+    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION, COMPUTE_ACTION))
     stages = stage_seconds(result.plays, stage_plays(spec.playbook.parent), time.time())
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)
@@ -198,6 +217,7 @@ def bootstrap(request: Request) -> Report:
         fabric=fabric,
         gpu=gpu,
         nccl=nccl,
+        compute=_compute(inventory, result),
         stages=stages,
     )
 
@@ -249,7 +269,7 @@ def preflight(request: Request) -> Report:
     # megaprov judges the verdict itself and prints the whole table, so the play must not stop at the first failure.
     options = dataclasses.replace(spec.options, extravars={**spec.options.extravars, "preflight_enforce": False})
     spec = dataclasses.replace(spec, options=options)
-    result = _execute(request, spec, inventory, (FACTS_ACTION,))
+    result = _execute(request, spec, inventory, (FACTS_ACTION, COMPUTE_ACTION))
     code, error = _judge(result)
     rows, nodes = _preflight_rows(result)
     if code == ExitCode.OK:
@@ -257,7 +277,24 @@ def preflight(request: Request) -> Report:
         if failed:
             code = ExitCode.VERDICT_FAILED
             error = "; ".join(f"{r['host']}: {r['check']}: {r['reason']}" for r in failed[:5])
-    return _report(inventory, "preflight.yml", result, code, error, checks=rows, nodes=nodes)
+    return _report(inventory, "preflight.yml", result, code, error, checks=rows, nodes=nodes, compute=_compute(inventory, result))
+
+
+def _compute(inventory: inv.Inventory, result: runner.RunResult) -> dict[str, str]:
+    """The compute rates the nodes reported (the last report per host wins), recorded for megaprov plan and train."""
+    from megaprov import rates
+
+    lines: dict[str, str] = {}
+    stored: dict[str, dict[str, Any]] = {}
+    for item in result.results:
+        if item.action != COMPUTE_ACTION or "summary" not in item.res:
+            continue
+        lines[item.host] = str(item.res["summary"]) + (f"; warning: {item.res['warning']}" if item.res.get("warning") else "")
+        if isinstance(item.res.get("stored"), dict):
+            stored[item.host] = item.res["stored"]
+    if stored:
+        rates.record(inventory.path, stored)
+    return lines
 
 
 def _render_failures(report: Report) -> None:
@@ -293,6 +330,8 @@ def render_bootstrap(report: Report) -> None:
         out.print(f"gpu: {host}: {line}", markup=False)
     for line in report.nccl:
         out.print(f"nccl: {line}", markup=False)
+    for host, line in sorted(report.compute.items()):
+        out.print(f"compute: {host}: {line}", markup=False)
     if report.stages:
         out.print("time per stage: " + ", ".join(f"{s['stage']} {s['seconds']:.0f}s" for s in report.stages), markup=False)
     _render_failures(report)
@@ -304,6 +343,8 @@ def render_preflight(report: Report) -> None:
     out = console()
     if report.checks:
         out.print(verdict_table(report.checks, f"preflight: {report.inventory}"))
+    for host, line in sorted(report.compute.items()):
+        out.print(f"compute: {host}: {line}", markup=False)
     _render_failures(report)
     counts = {s: sum(1 for r in report.checks if r["status"] == s) for s in ("pass", "warn", "fail")}
     out.print(

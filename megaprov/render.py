@@ -11,12 +11,14 @@ from __future__ import annotations
 import difflib
 import json
 import posixpath
+import re
 import shlex
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
+from megaprov import values
 from megaprov.jobspec import PINNED_MEGATRON, JobSpec, JobSpecError, Problem
 from megaprov.planner import Cluster
 
@@ -334,6 +336,9 @@ def _is_number(text: str) -> bool:
     return True
 
 
+SBATCH_PATH = re.compile(r"^/[A-Za-z0-9_./+-]{0,1000}$")
+
+
 def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None = None) -> str:
     """An sbatch script: one torchrun per node through srun, rendezvous on the first node of the allocation."""
     shared = cluster.shared_dir
@@ -347,10 +352,13 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
     ]
     if cluster.gpu.name != "cpu":
         head.append(f"#SBATCH --gpus-per-node={cluster.gpus_per_node}")
+    # #SBATCH lines are read by sbatch, which quotes nothing: only plain words and plain paths go there.
+    if not SBATCH_PATH.fullmatch(jdir):
+        raise values.BadValue("the job directory", jdir, "cannot go on an #SBATCH line", "use a shared directory of letters, digits and /._-")
     head += ["#SBATCH --exclusive", f"#SBATCH --output={jdir}/slurm-%j.out", "#SBATCH --requeue", "#SBATCH --signal=TERM@120"]
     for key, value in (("partition", s.partition), ("account", s.account), ("time", s.time), ("qos", s.qos)):
         if value:
-            head.append(f"#SBATCH --{key}={value}")
+            head.append(f"#SBATCH --{key}={values.sbatch_value(value, f'launch.slurm.{key}')}")
     env = _env(spec, passed)
     argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "@@MASTER@@", shared)
     argv[argv.index("--node-rank") + 1] = "@@RANK@@"
@@ -377,7 +385,11 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
     """Render every node's launch. ``hosts`` are (inventory name, address) of the training nodes, rank order;
     ``passed`` is the operator's environment, of which the ``PASS_THROUGH_ENV`` variables reach the ranks."""
     problems = check_extra_args(spec)
-    shared = cluster.shared_dir
+    # What the inventory gave (inventory.load checked it; checked again here, where it becomes text of a script).
+    shared = values.absolute_path(cluster.shared_dir, "megaprov_shared_dir")
+    for name, address in hosts:
+        values.host_name(name, "inventory host")
+        values.host_address(address, f"ansible_host of {name}")
     ckpt = checkpoint_dir(spec, shared)
     if not (ckpt + "/").startswith(shared.rstrip("/") + "/"):
         problems.append(

@@ -150,7 +150,12 @@ def test_missing_key_names_the_fix(tmp_path):
         ({"output_prefix": "/nonexistent-dir/out"}, "--output-prefix /nonexistent-dir/out: directory /nonexistent-dir does not exist"),
         ({"tokenizer": TokenizerSpec("gpt2-bpe")}, "--tokenizer gpt2-bpe needs --vocab-file and --merge-file"),
         ({"tokenizer": TokenizerSpec("huggingface", path="/nonexistent")}, "--tokenizer-path /nonexistent: no tokenizer.json there"),
-        ({"workers": 0}, "--workers 0 must be at least 1"),
+        ({"workers": 0}, "--workers 0 is out of range"),
+        ({"workers": 10000}, "--workers 10000 is out of range"),
+        ({"json_keys": ["a/../../x"]}, "--json-keys='a/../../x' is not an identifier"),
+        ({"json_keys": ["text\n"]}, "--json-keys='text\\n' is not an identifier"),
+        ({"inputs": ["/"]}, "--input / is a directory"),
+        ({"output_prefix": "/tmp/"}, "--output-prefix '/tmp/' names a directory"),
     ],
 )
 def test_bad_arguments(tmp_path, kwargs, message):
@@ -164,3 +169,32 @@ def test_progress_is_reported(tmp_path):
     seen = []
     data.prepare([corpus(tmp_path)], tmp_path / "p", TokenizerSpec("byte"), on_progress=seen.append, progress_every=0.0)
     assert seen and seen[-1].docs == 4 and seen[-1].tokens_per_second > 0
+
+
+def test_null_text_is_named_as_null(tmp_path):
+    src = tmp_path / "c.jsonl"
+    src.write_text('{"text": "a"}\n{"text": null}\n')
+    with pytest.raises(DataError) as info:
+        data.prepare([src], tmp_path / "out", TokenizerSpec("byte"))
+    assert str(info.value) == f"{src}:2: the record has null under 'text': use --json-keys with the field holding the text"
+
+
+def test_non_utf8_jsonl_is_bad_input_before_megatron_loads(tmp_path):
+    src = tmp_path / "c.jsonl"
+    src.write_bytes(b'{"text": "caf\xe9"}\n')
+    with pytest.raises(DataError, match="c.jsonl:1: not UTF-8 \\(byte 0xe9\\)"):
+        data.prepare([src], tmp_path / "out", TokenizerSpec("byte"))
+    assert list(tmp_path.iterdir()) == [src]  # nothing left behind
+
+
+@pytest.mark.skipif(__import__("os").geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_output_directory_is_bad_input(tmp_path):
+    out = tmp_path / "ro"
+    out.mkdir(mode=0o555)
+    with pytest.raises(DataError, match="is not writable"):
+        data.prepare([corpus(tmp_path)], out / "x", TokenizerSpec("byte"))
+
+
+def test_a_corpus_into_a_directory_is_bad_input(tmp_path):
+    with pytest.raises(DataError, match="is a directory"):
+        data.synthetic_corpus(tmp_path, 3)

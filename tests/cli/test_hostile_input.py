@@ -1,0 +1,330 @@
+"""Issue 12 §4: every hostile example exits 2 with one line, fast, before any host is contacted, and writes nothing
+outside where it belongs. Runs the real CLI (megaprov.cli.main, and the console script where the import time
+matters)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from megaprov.cli import main
+from megaprov.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parents[2]
+TOUCH = "{{ lookup('pipe', 'touch /tmp/megaprov-canary-cli') }}"
+CANARY = Path("/tmp/megaprov-canary-cli")
+TINY = yaml.safe_load((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    CANARY.unlink(missing_ok=True)
+    yield
+    assert not CANARY.exists(), "a template ran"
+    assert not (tmp_path / "state" / "runs").exists(), "ansible-runner was started"
+
+
+def run(capsys, *argv, budget=5.0):
+    start = time.monotonic()
+    code = main([str(a) for a in argv])
+    seconds = time.monotonic() - start
+    out, err = capsys.readouterr()
+    assert seconds < budget, f"took {seconds:.1f} s"
+    return code, out, err
+
+
+def one_line(err):
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("megaprov: error: ") and "Traceback" not in err and "internal error" not in err
+    return lines[0]
+
+
+def usage(capsys, *argv, needle="", budget=5.0):
+    code, _, err = run(capsys, *argv, budget=budget)
+    assert code == ExitCode.USAGE, err
+    line = one_line(err)
+    assert needle in line, line
+    return line
+
+
+def inventory(tmp_path, hosts="n1 ansible_host=10.0.0.1", extra="", all_vars=None):
+    path = tmp_path / "inventory.ini"
+    path.write_text(f"[head]\n{hosts}\n[gpu_nodes]\nn1\n{extra}")
+    if all_vars is not None:
+        (tmp_path / "group_vars").mkdir(exist_ok=True)
+        (tmp_path / "group_vars" / "all.yml").write_text(all_vars)
+    return path
+
+
+def spec(tmp_path, **sections):
+    doc = json.loads(json.dumps(TINY))
+    for dotted, value in sections.items():
+        node = doc
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    path = tmp_path / "gpt.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+# ---- Jinja evaluated on the controller
+
+
+def test_a_template_in_a_spec_value_is_refused(capsys, tmp_path):
+    usage(capsys, "job", "check", spec(tmp_path, launch__python=TOUCH), needle="launch.python=")
+
+
+def shared_job(tmp_path, meta):
+    shared = tmp_path / "shared"
+    (shared / "jobs" / "evil").mkdir(parents=True)
+    (shared / "jobs" / "evil" / "job.json").write_text(json.dumps(meta))
+    inv = inventory(tmp_path, extra=f"[all:vars]\nmegaprov_controller_shared_dir={shared}\n")
+    return inv
+
+
+GOOD_META = {"name": "evil", "hosts": ["n1"], "shared_dir": "/shared", "job_dir": "/shared/jobs/evil", "checkpoint_dir": "/shared/checkpoints/evil"}
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"hosts": [TOUCH]}, "hosts[0]="),
+        ({"name": TOUCH}, "name="),
+        ({"job_dir": "/shared/jobs/../../etc"}, "job_dir="),
+        ({"checkpoint_dir": "/etc"}, "checkpoint_dir='/etc' is not inside /shared"),
+        ({"shared_dir": "/shared\ntouch /x"}, "control character"),
+    ],
+)
+@pytest.mark.parametrize("action", ["status", "stop", "logs"])
+def test_a_hostile_job_json_is_refused_before_ansible(capsys, tmp_path, change, needle, action):
+    inv = shared_job(tmp_path, {**GOOD_META, **change})
+    usage(capsys, "job", action, "evil", "-i", inv, needle=needle)
+
+
+def test_the_unit_is_never_read_from_job_json(tmp_path):
+    from megaprov import jobs
+
+    inv = shared_job(tmp_path, {**GOOD_META, "unit": TOUCH})
+    assert jobs.find("evil", str(inv)).unit == "megaprov-job-evil.service"
+
+
+def test_a_hostile_job_lists_as_invalid(capsys, tmp_path):
+    inv = shared_job(tmp_path, {**GOOD_META, "hosts": [TOUCH]})
+    code, out, _ = run(capsys, "jobs", "-i", inv, "--output", "json")
+    assert code == ExitCode.OK
+    assert json.loads(out)["result"]["jobs"][0]["state"] == "invalid"
+
+
+# ---- control characters in rendered shell, units and sbatch
+
+
+@pytest.mark.parametrize(
+    ("all_vars", "needle"),
+    [
+        ('megaprov_shared_dir: "/shared\\ntouch /x #"\n', "megaprov_shared_dir="),
+        ('megaprov_cluster_user: "megaprov\\nExecStartPre=/bin/touch /x"\n', "megaprov_cluster_user="),
+        ('megaprov_cluster_user: "Root Admin"\n', "is not a user name"),
+        ('nccl_tests_repo: "https://x\\r\\nfoo"\n', "control character"),
+    ],
+)
+def test_control_characters_in_variables_are_refused(capsys, tmp_path, all_vars, needle):
+    usage(capsys, "bootstrap", inventory(tmp_path, all_vars=all_vars), needle=needle)
+
+
+def test_control_characters_in_ini_vars_are_refused(capsys, tmp_path):
+    usage(capsys, "bootstrap", inventory(tmp_path, hosts="n1 ansible_host=10.0.0.1 ansible_user='a\x1bb'"), needle="control character")
+
+
+def test_a_newline_in_a_slurm_partition_is_refused(capsys, tmp_path):
+    usage(capsys, "job", "check", spec(tmp_path, launch__slurm={"partition": "gpu\ntouch /x"}), needle="launch.slurm.partition=")
+
+
+@pytest.mark.parametrize("field", ["launch__megatron_dir", "checkpoint__directory"])
+def test_newlines_in_spec_paths_are_refused(capsys, tmp_path, field):
+    usage(capsys, "job", "check", spec(tmp_path, **{field: "/shared/x\nrm -rf /"}), needle="control character")
+
+
+def test_env_names_must_be_names(capsys, tmp_path):
+    usage(capsys, "job", "check", spec(tmp_path, launch__env={"A=1; touch /x; B": "1"}), needle="not an environment variable name")
+
+
+# ---- hosts contacted before validation
+
+
+@pytest.mark.parametrize("address", ["999.1.1.1", '""', "'10.0.0.1;touch /x'", "'$(touch /x)'", "-oProxyCommand=touch", "'{{ x }}'"])
+def test_bad_addresses_exit_2_before_anything_is_contacted(capsys, tmp_path, address):
+    usage(capsys, "bootstrap", inventory(tmp_path, hosts=f"n1 ansible_host={address}"), needle="is not an IP address or host name")
+
+
+# ---- path traversal
+
+
+def test_a_data_prefix_outside_the_shared_directory_is_refused(capsys, tmp_path):
+    usage(capsys, "job", "check", spec(tmp_path, data__prefixes=[{"path": "data/../../../etc/shadow"}]), needle="leaves its directory")
+
+
+def test_an_output_prefix_outside_the_shared_directory_is_refused(capsys, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    inv = inventory(tmp_path, extra=f"[all:vars]\nmegaprov_controller_shared_dir={shared}\n")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "hello"}\n')
+    before = sorted(tmp_path.rglob("*"))
+    usage(capsys, "data", "prepare", "--input", corpus, "--output-prefix", "../../escaped/x", "-i", inv, needle="leaves its directory")
+    assert sorted(tmp_path.rglob("*")) == before and not (tmp_path.parent / "escaped").exists()
+
+
+def test_a_symlink_out_of_the_shared_directory_is_refused(capsys, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "data").symlink_to(tmp_path)
+    inv = inventory(tmp_path, extra=f"[all:vars]\nmegaprov_controller_shared_dir={shared}\n")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "hello"}\n')
+    usage(capsys, "data", "prepare", "--input", corpus, "--output-prefix", "data/x", "-i", inv, needle="leads outside the shared directory")
+
+
+def test_json_keys_cannot_name_paths(capsys, tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"text": "hello"}\n')
+    usage(capsys, "data", "prepare", "--input", corpus, "--output-prefix", tmp_path / "out" / "x", "--json-keys", "a/../../x", needle="not an identifier")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("action", ["status", "logs", "stop"])
+def test_job_names_are_not_paths(capsys, tmp_path, action):
+    usage(capsys, "job", action, "../jobs/evil", "-i", inventory(tmp_path), needle="is not a job name")
+
+
+def test_resume_takes_a_job_name_not_a_path(capsys, tmp_path):
+    usage(capsys, "train", "--resume", "../jobs/evil", "-i", inventory(tmp_path), needle="is not a job name")
+
+
+# ---- hangs and memory blow-ups
+
+BOMB = "\n".join(
+    ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]" for i in range(9)]
+    + ["name: j"]
+)
+
+
+def test_an_alias_bomb_is_refused_at_once(capsys, tmp_path):
+    path = tmp_path / "bomb.yml"
+    path.write_text(BOMB + "\n")
+    assert len(BOMB.splitlines()) == 11
+    usage(capsys, "job", "check", path, needle="anchors and aliases are not allowed", budget=2.0)
+
+
+@pytest.mark.parametrize("value", [10**30, 1e30, "1e30"])
+def test_huge_layer_counts_are_refused(capsys, tmp_path, value):
+    usage(capsys, "plan", "--job", spec(tmp_path, model__num_layers=value), "--gpu", "H100-SXM", needle="model.num_layers=")
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--nodes", "1000000000000000000"), ("--gpus-per-node", "100000"), ("--top", "10" * 40)])
+def test_huge_plan_flags_are_refused(capsys, flag, value):
+    usage(capsys, "plan", "--job", ROOT / "examples" / "jobs" / "lab-tiny.yml", flag, value, needle=f"argument {flag}:")
+
+
+def test_a_huge_host_range_is_refused(capsys, tmp_path):
+    usage(capsys, "bootstrap", inventory(tmp_path, extra="[gpu_nodes]\nnode[0:99999999]\n"), needle="expands to 100,000,000 hosts")
+
+
+def test_too_many_hosts_are_refused_fast(capsys, tmp_path):
+    hosts = "\n".join(f"node{i}" for i in range(40_000))
+    usage(capsys, "bootstrap", inventory(tmp_path, extra=f"[gpu_nodes]\n{hosts}\n"), needle="more than 10,000 hosts")
+
+
+def test_workers_are_bounded(capsys, tmp_path):
+    usage(capsys, "data", "prepare", "--input", "x.jsonl", "--output-prefix", "x", "--workers", "10000", needle="argument --workers:")
+
+
+# ---- exit 1 for bad input
+
+
+def test_non_utf8_files_are_bad_input(capsys, tmp_path):
+    inv = inventory(tmp_path, all_vars="")
+    (tmp_path / "group_vars" / "all.yml").write_bytes(b"megaprov_cluster_user: caf\xe9\n")
+    usage(capsys, "bootstrap", inv, needle="is not UTF-8 (byte 0xe9 on line 1)")
+    inv.write_bytes(b"[head]\nn\xff1\n")
+    usage(capsys, "bootstrap", inv, needle="not UTF-8 (byte 0xff)")
+
+
+def test_a_non_utf8_extra_vars_file_is_bad_input(capsys, tmp_path):
+    bad = tmp_path / "vars.yml"
+    bad.write_bytes(b"x: \xff\n")
+    line = usage(capsys, "bootstrap", inventory(tmp_path), "-e", f"@{bad}", needle="is not UTF-8")
+    assert str(bad) in line
+    usage(capsys, "bootstrap", inventory(tmp_path), "-e", f"@{tmp_path}", needle="is a directory")
+
+
+def test_a_directory_and_a_symlink_loop_are_named(capsys, tmp_path):
+    usage(capsys, "job", "check", tmp_path, needle="is a directory")
+    loop = tmp_path / "loop.yml"
+    loop.symlink_to(loop)
+    usage(capsys, "job", "check", loop, needle="is a symlink loop")
+    inv = inventory(tmp_path, all_vars="")
+    (tmp_path / "group_vars" / "all.yml").unlink()
+    (tmp_path / "group_vars" / "all.yml").symlink_to(tmp_path / "group_vars" / "all.yml")
+    usage(capsys, "bootstrap", inv, needle="is a symlink loop")
+
+
+def test_json_output_on_bad_input_is_an_envelope(capsys, tmp_path):
+    code, out, _ = run(capsys, "bootstrap", inventory(tmp_path, hosts="n1 ansible_host=999.1.1.1"), "--output", "json")
+    assert code == ExitCode.USAGE and json.loads(out)["ok"] is False
+
+
+def test_a_corpus_into_a_directory_is_bad_input(capsys, tmp_path):
+    usage(capsys, "data", "corpus", "--output-file", tmp_path, needle="is a directory")
+
+
+def test_a_limit_that_matches_nothing_is_refused(capsys, tmp_path):
+    usage(capsys, "bootstrap", inventory(tmp_path), "--limit", "rack*", needle="'rack*' matches no host or group")
+    usage(capsys, "bootstrap", inventory(tmp_path), "--limit", "~(", needle="is not a regular expression")
+
+
+# ---- messages
+
+
+def test_a_byte_order_mark_is_named(capsys, tmp_path):
+    inv = tmp_path / "inventory.ini"
+    inv.write_bytes(b"\xef\xbb\xbf[head]\nn1\n[gpu_nodes]\nn1\n")
+    usage(capsys, "bootstrap", inv, needle="byte-order mark")
+
+
+@pytest.mark.parametrize(
+    ("lines", "needle"),
+    [
+        ('{"text": null}\n', "the record has null under 'text'"),
+        ('{"text": "a"}\n{"text": "caf\xe9"}\n', "c.jsonl:2: not UTF-8"),
+        ('{"other": "a"}\n', "the record has no key 'text'"),
+    ],
+)
+def test_data_prepare_bad_records_are_one_line(capsys, tmp_path, lines, needle):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(lines.encode("latin-1"))
+    usage(capsys, "data", "prepare", "--input", corpus, "--output-prefix", tmp_path / "out", needle=needle, budget=60.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "state"] or sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]
+
+
+def test_data_prepare_checks_arguments_before_loading_torch(tmp_path):
+    """The console script, as a user runs it: a bad argument answers in about a second, without torch's warnings."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "megaprov", "data", "prepare", "--input", str(tmp_path), "--output-prefix", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"megaprov: error: --input {tmp_path} is a directory: pass JSONL files, one JSON object per line"
+    assert time.monotonic() - start < 10
