@@ -4,7 +4,10 @@ The iteration line is Megatron-LM's ``training_log`` (``print_rank_last``: the l
 run of `` key: value |`` fields after ``iteration N/ M |``; fields come and go between versions (the timestamp
 since core_v0.8, TFLOP/s/GPU with --log-throughput, energy and power with --log-energy), so the parser reads the
 fields by name and needs only the iteration. Checkpoint lines (rank 0, the first node) and the lines megaprov's
-node script prints around torchrun complete the picture. Pure parsing here; :class:`JobLog` folds lines into
+node script prints around torchrun complete the picture. The lab trainer adds per-rank evidence for the throughput
+verdict, each rank into its own node's log: ``megaprov compute | rank: R | ... | rate (TFLOP/s): X |`` (its GEMM
+rate at start-up) and ``megaprov straggler | rank: R | iterations: A-B | compute time per iteration (ms): X |
+collective wait per iteration (ms): Y |`` (the idea of Megatron's ``--log-straggler``, per rank). Pure parsing here; :class:`JobLog` folds lines into
 state and :func:`write_metrics` writes ``metrics.jsonl`` and a Prometheus textfile.
 """
 
@@ -24,6 +27,7 @@ _SAVED = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(?P<
 _LOADED = re.compile(r"successfully loaded checkpoint from (?P<dir>\S+) .*?at iteration (?P<it>\d+)")
 _NODE = re.compile(r"^megaprov: node (?P<host>\S+) \(node rank (?P<rank>\d+)\): torchrun (?:starting|exited with (?P<rc>-?\d+)) at (?P<at>\S+)")
 _SIGTERM = "exiting program after receiving SIGTERM"
+_EVIDENCE = re.compile(r"megaprov (?P<kind>compute|straggler) \|(?P<rest>.*)$")
 # Lines worth quoting when a job fails: the trainers' own one-line errors and Python's exception lines.
 _ERROR = re.compile(r"(megaprov\.trainer: .*|^\S*(Error|Exception)(: .*)?$|AssertionError.*|RuntimeError: .*|ChildFailedError.*)")
 
@@ -89,6 +93,44 @@ def parse_iteration(line: str) -> Iteration | None:
     return it
 
 
+@dataclass(frozen=True)
+class RankCompute:
+    """One rank's compute time per iteration over a window of iterations (from a ``megaprov straggler`` line)."""
+
+    rank: int
+    first: int
+    last: int
+    compute_ms: float
+    wait_ms: float
+
+
+def parse_evidence(line: str) -> tuple[str, dict[str, str]] | None:
+    """A ``megaprov compute`` or ``megaprov straggler`` line as (kind, fields by name), or None."""
+    match = _EVIDENCE.search(line)
+    if not match:
+        return None
+    fields = {}
+    for part in match["rest"].split("|"):
+        key, sep, value = part.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return match["kind"], fields
+
+
+def parse_rank_compute(fields: dict[str, str]) -> RankCompute | None:
+    try:
+        first, _, last = fields["iterations"].partition("-")
+        return RankCompute(
+            int(fields["rank"]),
+            int(first),
+            int(last or first),
+            float(fields["compute time per iteration (ms)"]),
+            float(fields.get("collective wait per iteration (ms)", "0")),
+        )
+    except (KeyError, ValueError):
+        return None
+
+
 @dataclass
 class Restart:
     seen: float  # when the last iteration before the failure was read
@@ -115,6 +157,8 @@ class JobLog:
     iteration_host: str = ""  # the node whose log carries the iteration lines (the last rank's)
     errors: list[str] = field(default_factory=list)
     sigterm: bool = False
+    launch_rates: dict[str, dict[int, float]] = field(default_factory=dict)  # host -> rank -> GEMM TFLOP/s at start-up
+    rank_compute: dict[str, list[RankCompute]] = field(default_factory=dict)  # host -> its ranks' compute windows
     furthest: int = 0  # the highest iteration logged
     current: int = 0  # the latest iteration logged (goes back after a restart)
     last_seen: float = 0.0  # when the latest iteration was read
@@ -141,6 +185,16 @@ class JobLog:
             self.last_seen = now
             self.total = it.total
             return it
+        if (evidence := parse_evidence(line)) is not None:
+            kind, fields = evidence
+            if kind == "compute":
+                try:
+                    self.launch_rates.setdefault(host, {})[int(fields["rank"])] = float(fields["rate (TFLOP/s)"])
+                except (KeyError, ValueError):
+                    pass
+            elif (window := parse_rank_compute(fields)) is not None:
+                self.rank_compute.setdefault(host, []).append(window)
+            return None
         if (m := _SAVED.search(line)) is not None:
             self.saves.append(int(m["it"]))
         elif (m := _LOADED.search(line)) is not None:

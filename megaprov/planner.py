@@ -64,7 +64,60 @@ GPUS: dict[str, Gpu] = {
 GPU_ALIASES = {"h100": "H100-SXM", "h100-80gb": "H100-SXM", "h200": "H200", "a100": "A100-80GB", "b200": "B200", "l40s": "L40S", "a10": "A10"}
 # MFU a well-tuned dense GPT reaches with Megatron-LM on large GEMMs (the assumption behind expected step
 # times); each layout's estimate scales it down for communication, the pipeline bubble and small GEMMs.
+# Against a measured rate the same figure applies: a dense GEMM of the measurement's size runs near the peak.
 DEFAULT_MFU = 0.50
+# The lab trainer on CPU nodes, as a fraction of the node's measured fp32 GEMM rate before the small-GEMM factor of
+# ``_efficiency`` (0.22 for lab-tiny): eager PyTorch on a tiny model spends most of its time outside GEMMs (Python,
+# elementwise kernels, the optimizer, gloo). On the 2-node lab (2 cores shared by both nodes) lab-tiny reached
+# 1.0-3 % of the stored rate depending on the machine's load; 0.035 puts the estimate at 0.8 %, so a run at a third
+# of that still passes the 0.8 tolerance while a node held to 10 % of a core (a 10x slower step) fails.
+CPU_MFU = 0.035
+
+
+def default_mfu(cluster: Cluster) -> float:
+    return CPU_MFU if cluster.gpu.name == "cpu" else DEFAULT_MFU
+
+
+@dataclass(frozen=True)
+class NodeRate:
+    """A node's measured dense GEMM rate (the fact ``megaprov_compute`` the preflight role stores)."""
+
+    host: str
+    tflops_per_device: float  # the slowest device's (GPU), or the whole node's (CPU)
+    devices: int
+    backend: str  # torch-cuda, torch-cpu, numpy-cpu
+    dtype: str  # bfloat16 on GPUs, float32 on CPUs
+    measured_at: str = ""
+
+    @property
+    def gpu(self) -> bool:
+        return self.backend == "torch-cuda"
+
+
+def rate_from_fact(host: str, fact: Any) -> NodeRate | None:
+    """The node's rate from its stored fact, or None when it holds none (or something unreadable)."""
+    if not isinstance(fact, dict) or fact.get("version") != 1:
+        return None
+    try:
+        tflops = float(fact["tflops_per_device"])
+        devices = len(fact.get("devices") or []) or 1
+        return NodeRate(host, tflops, devices, str(fact["backend"]), str(fact["dtype"]), str(fact.get("measured_at", "")))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def rate_text(tflops: float) -> str:
+    return f"{tflops * 1e3:.1f} GFLOP/s" if tflops < 1 else f"{tflops:.1f} TFLOP/s"
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The FLOP/s one rank is expected to reach at 100 % MFU, and where that number comes from."""
+
+    tflops: float
+    source: str  # measured or published
+    host: str | None  # the slowest measured node
+    text: str
 
 
 def gpu_named(name: str) -> Gpu | None:
@@ -85,6 +138,7 @@ class Cluster:
     gpu: Gpu
     shared_dir: str = "/shared"
     hosts: tuple[str, ...] = ()
+    rates: tuple[NodeRate, ...] = ()  # measured GEMM rates of (some of) the hosts
 
     @property
     def world(self) -> int:
@@ -167,6 +221,8 @@ class Plan:
     tokens_per_iteration: int
     fixes: tuple[Fix, ...] = ()
     warnings: tuple[str, ...] = ()
+    peak: Peak | None = None  # the per-rank rate behind step_seconds (measured, or the published peak)
+    rates: tuple[NodeRate, ...] = ()  # the measured rates of the job's nodes
 
     @property
     def fits(self) -> bool | None:
@@ -554,8 +610,49 @@ def _efficiency(spec: JobSpec, layout: Layout, cluster: Cluster, microbatches: i
     return eff
 
 
+def job_rates(cluster: Cluster) -> tuple[NodeRate, ...]:
+    """The measured rates of the nodes the job runs on (the first ``nodes`` hosts)."""
+    if not cluster.hosts:
+        return cluster.rates
+    used = set(cluster.hosts[: cluster.nodes])
+    return tuple(r for r in cluster.rates if r.host in used)
+
+
+def rank_peak(cluster: Cluster, spec: JobSpec) -> Peak:
+    """Per-rank FLOP/s at 100 % MFU: the slowest measured node's rate (synchronous data-parallel training runs at the
+    pace of its slowest rank), else the GPU's published dense peak."""
+    fp32 = spec.train.precision == "fp32"
+    rates = job_rates(cluster)
+    if rates:
+
+        def per_rank(r: NodeRate) -> float:
+            if r.gpu:  # measured in bf16: fp32 training runs at the published fp32/bf16 ratio of it
+                return r.tflops_per_device * (cluster.gpu.tflops_fp32 / cluster.gpu.tflops_16bit if fp32 and cluster.gpu.tflops_16bit else 1.0)
+            return r.tflops_per_device / max(cluster.gpus_per_node, 1)  # CPU ranks on one node share its cores
+
+        slowest = min(rates, key=per_rank)
+        tflops = per_rank(slowest)
+        missing = [h for h in cluster.hosts[: cluster.nodes] if h not in {r.host for r in rates}]
+        text = (
+            f"measured rate of {slowest.host}, {rate_text(tflops)} per rank ({slowest.dtype} GEMM, {slowest.backend}, {slowest.measured_at}),"
+            f" the slowest of {len(rates)} measured node(s)"
+        )
+        if slowest.gpu and fp32:
+            text += " scaled to fp32 by the published ratio"
+        if missing:
+            text += f"; not measured: {', '.join(missing)}"
+        return Peak(tflops, "measured", slowest.host, text)
+    tflops = cluster.gpu.tflops_fp32 if fp32 else cluster.gpu.tflops_16bit
+    if cluster.gpu.name == "cpu":
+        text = f"nominal CPU peak {rate_text(tflops)} (no measured rate: run megaprov bootstrap, whose python stage measures it)"
+    else:
+        kind = "fp32" if fp32 else "bf16"
+        text = f"published peak of {cluster.gpu.name}, {rate_text(tflops)} {kind} (no measured rate: run megaprov bootstrap or preflight)"
+    return Peak(tflops, "published", None, text)
+
+
 def _peak(cluster: Cluster, spec: JobSpec) -> float:
-    return (cluster.gpu.tflops_fp32 if spec.train.precision == "fp32" else cluster.gpu.tflops_16bit) * 1e12
+    return rank_peak(cluster, spec).tflops * 1e12
 
 
 def _timing(spec: JobSpec, layout: Layout, cluster: Cluster, mfu: float) -> tuple[float, float, float]:
@@ -620,8 +717,9 @@ def fixes(spec: JobSpec, cluster: Cluster) -> list[Fix]:
     return sorted(found.values(), key=lambda f: f.memory_gib)
 
 
-def plan(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU) -> Plan:
+def plan(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> Plan:
     """Plan ``spec`` on ``cluster``; the caller has checked :func:`spec_problems` first."""
+    mfu = mfu or default_mfu(cluster)
     layout = Layout.of(spec)
     model_parallel = layout.tp * layout.pp * layout.cp
     dp = cluster.world // model_parallel
@@ -658,11 +756,14 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU) -> Plan:
         tokens_per_iteration=spec.train.global_batch_size * spec.model.seq_length,
         fixes=tuple(fixes(spec, cluster)) if mem.fits is False else (),
         warnings=tuple(warnings),
+        peak=rank_peak(spec=spec, cluster=cluster),
+        rates=job_rates(cluster),
     )
 
 
-def suggest(spec: JobSpec, cluster: Cluster, mfu: float = DEFAULT_MFU, top: int = 10) -> list[Candidate]:
+def suggest(spec: JobSpec, cluster: Cluster, mfu: float | None = None, top: int = 10) -> list[Candidate]:
     """Valid layouts that fit, ranked by estimated tokens/s (then by memory)."""
+    mfu = mfu or default_mfu(cluster)
     m, t = spec.model, spec.train
     world = cluster.world
     heads = m.num_attention_heads

@@ -14,13 +14,18 @@ renders for ``pretrain_gpt.py`` (the subset below; others are reported and ignor
 - the iteration line in Megatron-LM's format (``training_log``), printed by the last rank as Megatron does, so
   one log parser serves both trainers;
 - checkpoints every ``--save-interval`` iterations in ``iter_{:07d}/mp_rank_{:02d}/model_optim_rng.pt`` with
-  ``latest_checkpointed_iteration.txt`` written last and atomically; ``--load`` resumes from the marker.
+  ``latest_checkpointed_iteration.txt`` written last and atomically; ``--load`` resumes from the marker;
+- per-rank evidence for the throughput verdict, printed by every rank into its own node's log: at start-up the
+  rank's fp32 GEMM rate (a one-second measurement, compared with the rate the node was measured at when it was
+  built), and every ``STRAGGLER_INTERVAL`` iterations its compute time per iteration without the time it waited in
+  collectives (the idea of Megatron's ``--log-straggler``, per rank instead of min/max, so that the follower knows
+  the node from the log the line is in). Data-parallel gradients are averaged with one explicit all-reduce after
+  the backward passes (instead of DDP's hooks, which hide the wait for a slow peer inside ``backward``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import signal
@@ -32,6 +37,8 @@ from typing import Any
 
 LOG_TIME = "%Y-%m-%d %H:%M:%S.%f"
 MARKER = "latest_checkpointed_iteration.txt"
+STRAGGLER_INTERVAL = 10  # iterations per per-rank compute-time line
+GEMM_SIZE = 1024  # the start-up GEMM: the size the preflight role measures CPU nodes with
 
 
 def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
@@ -136,6 +143,48 @@ def log_line(
     line += f" number of skipped iterations: {skipped:3d} |"
     line += f" number of nan iterations: {nan:3d} |"
     return line
+
+
+def unflatten_into(flat: Any, tensors: list[Any]) -> None:
+    """Copy consecutive slices of ``flat`` back into ``tensors`` (the inverse of concatenating them flattened)."""
+    offset = 0
+    for tensor in tensors:
+        count = tensor.numel()
+        tensor.copy_(flat[offset : offset + count].view_as(tensor))
+        offset += count
+
+
+def gemm_rate(size: int = GEMM_SIZE, seconds: float = 1.0) -> float:
+    """This process's fp32 GEMM rate in TFLOP/s: the median of ``size``^3 products over ``seconds`` after a warm-up."""
+    import statistics
+
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    rates: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(rates) < 3:
+        begin = time.perf_counter()
+        torch.mm(a, b)
+        rates.append(2.0 * size**3 / (time.perf_counter() - begin))
+    return statistics.median(rates) / 1e12
+
+
+def compute_line(rank: int, tflops: float, size: int, threads: int) -> str:
+    """The start-up GEMM rate of one rank (megaprov's own line; the follower reads it from the rank's node log)."""
+    return (
+        f" [{datetime.now().strftime(LOG_TIME)}] megaprov compute | rank: {rank} | device: cpu | dtype: float32 | gemm size: {size} |"
+        f" threads: {threads} | rate (TFLOP/s): {tflops:.6f} |"
+    )
+
+
+def straggler_line(rank: int, first: int, last: int, compute_ms: float, wait_ms: float) -> str:
+    """One rank's compute time per iteration over ``first``..``last``, without the time it waited in collectives."""
+    return (
+        f" [{datetime.now().strftime(LOG_TIME)}] megaprov straggler | rank: {rank} | iterations: {first}-{last} |"
+        f" compute time per iteration (ms): {compute_ms:.2f} | collective wait per iteration (ms): {wait_ms:.2f} |"
+    )
 
 
 def blend(data_path: list[str]) -> tuple[list[str], list[float] | None]:
@@ -288,12 +337,18 @@ def main(argv: list[str] | None = None) -> int:
     if ignored and rank == 0:
         print(f"megaprov.trainer: not implemented on CPU, ignored: {' '.join(a for a in ignored if a.startswith('--'))}", flush=True)
 
+    # This rank's GEMM rate now, against the node's stored rate: a node throttled since it was built shows here.
+    print(compute_line(rank, gemm_rate(), GEMM_SIZE, torch.get_num_threads()), flush=True)
+
     torch.manual_seed(args.seed)
     tokenizer = NullTokenizer(vocab_size=args.vocab_size or 256)
     vocab = padded_vocab(tokenizer.vocab_size, args.make_vocab_size_divisible_by, tp)
     model = build_model(args, vocab, tp)
-    # DDP over Megatron's data-parallel group (with one data-parallel rank there is nothing to average).
-    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=dp_group) if dp > 1 else model
+    if dp > 1:  # every data-parallel replica starts from the same weights (as DDP's constructor ensures)
+        weights = [p.data for p in model.parameters()]
+        flat = torch.cat([w.reshape(-1) for w in weights])
+        dist.broadcast(flat, src=dist.get_global_rank(dp_group, 0), group=dp_group)
+        unflatten_into(flat, weights)
     decay = [p for n, p in model.named_parameters() if p.ndim > 1]
     no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
     groups: list[dict[str, Any]] = [{"params": decay}, {"params": no_decay, "wd_mult": 0.0}]
@@ -365,9 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: stop.fill_(1.0))
     params = list(model.parameters())
     norm_params = [p for p in params if getattr(p, "tensor_model_parallel", False) or tp_rank == 0]
-    ddp.train(True)
+    model.train(True)
+    straggler = {"compute": 0.0, "wait": 0.0, "count": 0, "first": iteration + 1}
     while iteration < args.train_iters:
         start = time.monotonic()
+        waited = 0.0
         optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros(1)
         for m in range(accumulation):
@@ -377,20 +434,26 @@ def main(argv: list[str] | None = None) -> int:
             labels = torch.stack([torch.as_tensor(x["labels"]) for x in batch]).long()
             loss_mask = torch.stack([torch.as_tensor(x["loss_mask"]) for x in batch]).float()
             positions = torch.stack([torch.as_tensor(x["position_ids"]) for x in batch]).long()
-            context = ddp.no_sync() if dp > 1 and m < accumulation - 1 else contextlib.nullcontext()
-            with context:
-                losses = ddp(tokens, positions, None, labels=labels)
-                loss = (losses.float() * loss_mask).sum() / loss_mask.sum().clamp(min=1)
-                (loss / accumulation).backward()
+            losses = model(tokens, positions, None, labels=labels)
+            loss = (losses.float() * loss_mask).sum() / loss_mask.sum().clamp(min=1)
+            (loss / accumulation).backward()
             loss_sum += loss.detach() / accumulation
-        if dp > 1:  # collectives over a group of one still cost a gloo round trip
-            dist.all_reduce(loss_sum, group=dp_group)
+        if dp > 1:  # one all-reduce averages the gradients and sums the loss (a group of one would still cost a round trip)
+            grads = [p.grad for p in params if p.grad is not None]
+            flat = torch.cat([g.reshape(-1) for g in grads] + [loss_sum])
+            began = time.monotonic()
+            dist.all_reduce(flat, group=dp_group)
+            waited += time.monotonic() - began
+            unflatten_into(flat[:-1] / dp, grads)
+            loss_sum = flat[-1:]
         loss_value = loss_sum.item() / dp
         # Gradient norm over the whole model: tensor-parallel shards count on every TP rank, replicated parameters once.
         counted = [p.grad for p in norm_params if p.grad is not None]
         squares = torch.stack(torch._foreach_norm(counted)).square().sum().reshape(1) if counted else torch.zeros(1)
         if tp > 1:
+            began = time.monotonic()
             dist.all_reduce(squares, group=tp_group)
+            waited += time.monotonic() - began
         grad_norm = math.sqrt(squares.item())
         if not math.isfinite(grad_norm) or not math.isfinite(loss_value):
             nan_iters += 1
@@ -430,8 +493,18 @@ def main(argv: list[str] | None = None) -> int:
         stopping = False
         if args.exit_signal_handler:
             flag = stop.clone()
+            began = time.monotonic()
             dist.all_reduce(flag)
+            waited += time.monotonic() - began
             stopping = flag.item() > 0
+        took = time.monotonic() - start
+        straggler["compute"] += took - waited
+        straggler["wait"] += waited
+        straggler["count"] += 1
+        if iteration % STRAGGLER_INTERVAL == 0 or iteration == args.train_iters:
+            n = straggler["count"]
+            print(straggler_line(rank, int(straggler["first"]), iteration, 1000 * straggler["compute"] / n, 1000 * straggler["wait"] / n), flush=True)
+            straggler = {"compute": 0.0, "wait": 0.0, "count": 0, "first": iteration + 1}
         if args.save and (stopping or (args.save_interval and (iteration % args.save_interval == 0 or iteration == args.train_iters))):
             save(args, iteration, consumed, model, optimizer, scheduler, tp_rank, dp_rank, rank, tp)
         if stopping:

@@ -261,3 +261,73 @@ def test_report_files(tmp_path):
     text = paths["markdown"].read_text()
     assert "| loss falling | pass | z=-5 |" in text and "torchrun ..." in text
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- per-node evidence for the throughput verdict (lines the lab trainer prints, built with its own functions)
+
+
+def evidence_log(compute_ms, launch=None):
+    """Two nodes' logs: iterations on node2, each rank's straggler windows (and start-up GEMM rates) in its own log."""
+    log = follow.JobLog(seq_length=128)
+    feed_run(log, "node2", range(1, 31), 1.0)
+    for rank, (host, ms) in enumerate(compute_ms.items()):
+        if launch:
+            log.feed(host, trainer.compute_line(rank, launch[host], 1024, 4), 0.5)
+        for first in (1, 11, 21):
+            log.feed(host, trainer.straggler_line(rank, first, first + 9, ms * (3 if first == 1 else 1), 5.0), 1.0)
+    return log
+
+
+def test_the_trainers_evidence_lines_are_parsed_per_node():
+    line = trainer.straggler_line(1, 11, 20, 812.4, 3.25)
+    assert follow.parse_iteration(line) is None
+    kind, fields = follow.parse_evidence(line)
+    assert kind == "straggler"
+    assert follow.parse_rank_compute(fields) == follow.RankCompute(1, 11, 20, 812.4, 3.25)
+    log = evidence_log({"node1": 98.0, "node2": 812.0}, launch={"node1": 0.0152, "node2": 0.0017})
+    assert log.launch_rates == {"node1": {0: 0.0152}, "node2": {1: 0.0017}}
+    assert [w.first for w in log.rank_compute["node2"]] == [1, 11, 21] and log.errors == []
+    assert follow.parse_evidence("megaprov.trainer: something failed") is None
+
+
+def test_a_slow_node_is_named_with_how_much_slower_it_is():
+    log = evidence_log({"node1": 98.0, "node2": 812.0, "node3": 101.0})
+    per_node = verdict.node_compute_ms(log.rank_compute)
+    assert per_node == {"node1": 98.0, "node2": 812.0, "node3": 101.0}  # the first window (start-up) is left out
+    (host, ms, others), *rest = verdict.stragglers(per_node)
+    assert (host, ms, others, rest) == ("node2", 812.0, 99.5, [])
+    check, _ = verdict.throughput_check(series([1.0] * 10), 5000.0, 0.8, "the plan", verdict.slow_nodes(log, {}), per_node)
+    assert check.status == verdict.FAIL
+    assert "node2 is 8.2x slower than the median node (812 ms of compute per iteration, others 100 ms)" in check.detail
+    assert verdict.stragglers({"node1": 98.0, "node2": 120.0}) == [] and verdict.stragglers({"node1": 900.0}) == []
+
+
+def test_a_node_throttled_since_it_was_measured_is_named():
+    log = evidence_log({"node1": 100.0, "node2": 104.0}, launch={"node1": 0.0150, "node2": 0.0016})
+    slow = verdict.slow_nodes(log, {"node1": 0.0156, "node2": 0.0166})
+    assert slow == ["node2 computed 1.6 GFLOP/s at start-up, 0.10x the 16.6 GFLOP/s it was measured at (throttled or busy)"]
+    assert verdict.slow_nodes(log, {}) == []  # nothing stored: nothing to compare with
+
+
+def test_a_passing_throughput_shows_each_nodes_compute_and_a_uniformly_slow_cluster_says_so():
+    per_node = {"node1": 98.0, "node2": 101.0}
+    ok, _ = verdict.throughput_check(series([1.0] * 10), 900.0, 0.8, "the plan", [], per_node)
+    assert ok.status == verdict.PASS and ok.detail.endswith("compute per iteration: node1 98 ms, node2 101 ms")
+    slow, _ = verdict.throughput_check(series([1.0] * 10), 5000.0, 0.8, "the plan", [], per_node)
+    assert "no single node stands out" in slow.detail
+
+
+def test_a_busier_machine_lowers_the_expectation_by_the_median_nodes_start_up_rate():
+    stored = {"node1": 0.040, "node2": 0.040, "node3": 0.040}
+    busy = {"node1": {0: 0.020}, "node2": {1: 0.022}, "node3": {2: 0.018}}
+    assert verdict.launch_factor(busy, stored) == pytest.approx(0.5)
+    one_slow = {"node1": {0: 0.041}, "node2": {1: 0.004}, "node3": {2: 0.039}}
+    assert verdict.launch_factor(one_slow, stored) == pytest.approx(0.975)  # one slow node does not move the median
+    assert verdict.launch_factor({"node1": {0: 0.09}}, stored) == 1.0 and verdict.launch_factor({}, stored) is None
+    log = evidence_log({"node1": 100.0, "node2": 104.0}, launch={"node1": 0.020, "node2": 0.020})
+    args = (log, ["node1", "node2"], 3, 30000.0, 0.8, "the plan", False, 0.0, {}, {"node1": 0.040, "node2": 0.040})
+    scaled, _ = verdict.judge(*args, follow_load=True)
+    tp = next(c for c in scaled.checks if c.name == "throughput")
+    assert tp.status == verdict.PASS and "expected 15,000 (the plan; x 0.50: the median node computed at 0.50" in tp.detail
+    fixed, _ = verdict.judge(*args, follow_load=False)  # an explicit verify.tokens_per_second is not scaled
+    assert next(c for c in fixed.checks if c.name == "throughput").status == verdict.FAIL

@@ -192,3 +192,76 @@ def test_gpu_names_and_aliases():
     assert planner.gpu_named("h100").name == "H100-SXM"
     assert planner.gpu_named("a100-80gb").name == "A100-80GB"
     assert planner.gpu_named("TPU") is None
+
+
+# ---- the estimate from measured GEMM rates
+
+
+def lab_spec():
+    return spec("lab-tiny")
+
+
+def test_the_lab_job_holds_throughput_to_the_plan_not_a_fixed_number():
+    assert lab_spec().verify.tokens_per_second is None
+
+
+def test_the_estimate_uses_the_slowest_measured_node_and_says_so():
+    s = lab_spec()
+    hosts = ("node1", "node2")
+    fast, slow = planner.NodeRate("node1", 0.040, 1, "torch-cpu", "float32"), planner.NodeRate("node2", 0.020, 1, "torch-cpu", "float32")
+    measured = planner.plan(s, Cluster(2, 1, GPUS["cpu"], hosts=hosts, rates=(fast, slow)))
+    assert measured.peak.source == "measured" and measured.peak.host == "node2" and measured.peak.tflops == 0.020
+    assert "measured rate of node2, 20.0 GFLOP/s per rank" in measured.peak.text
+    # twice the slow node's rate: twice the tokens/s (the estimate is linear in the slowest rate)
+    faster = planner.plan(s, Cluster(2, 1, GPUS["cpu"], hosts=hosts, rates=(fast, replace(slow, tflops_per_device=0.040))))
+    assert faster.tokens_per_second == pytest.approx(2 * measured.tokens_per_second)
+    expected = 0.020e12 * 2 * measured.mfu_assumed / measured.flops_per_iteration * measured.tokens_per_iteration
+    assert measured.tokens_per_second == pytest.approx(expected)
+    assert measured.rates == (fast, slow)
+
+
+def test_without_a_measurement_the_published_peak_is_used_and_named():
+    p = planner.plan(spec("llama-8b-2nodes"), Cluster(2, 8, GPUS["H100-SXM"], hosts=("a", "b")))
+    assert p.peak.source == "published" and p.peak.tflops == 989.0 and "published peak of H100-SXM" in p.peak.text
+    cpu = planner.plan(lab_spec(), Cluster(2, 1, GPUS["cpu"], hosts=("node1", "node2")))
+    assert cpu.peak.source == "published" and "no measured rate" in cpu.peak.text
+
+
+def test_a_measured_gpu_rate_replaces_the_published_peak_and_unmeasured_nodes_are_named():
+    s = spec("llama-8b-2nodes")
+    rate = planner.NodeRate("a", 700.0, 8, "torch-cuda", "bfloat16")
+    p = planner.plan(s, Cluster(2, 8, GPUS["H100-SXM"], hosts=("a", "b"), rates=(rate,)))
+    published = planner.plan(s, Cluster(2, 8, GPUS["H100-SXM"], hosts=("a", "b")))
+    assert p.peak.tflops == 700.0 and "not measured: b" in p.peak.text
+    assert p.tokens_per_second == pytest.approx(published.tokens_per_second * 700.0 / 989.0)
+    # rates of hosts the job does not use are ignored
+    other = planner.plan(s, Cluster(2, 8, GPUS["H100-SXM"], hosts=("a", "b"), rates=(replace(rate, host="c"),)))
+    assert other.peak.source == "published"
+
+
+def test_a_stored_fact_becomes_a_node_rate():
+    fact = {"version": 1, "backend": "torch-cpu", "dtype": "float32", "tflops_per_device": 0.0156, "devices": [{}], "measured_at": "t"}
+    assert planner.rate_from_fact("node1", fact) == planner.NodeRate("node1", 0.0156, 1, "torch-cpu", "float32", "t")
+    assert planner.rate_from_fact("node1", {"version": 2}) is None and planner.rate_from_fact("node1", None) is None
+    assert planner.rate_from_fact("node1", {**fact, "tflops_per_device": "x"}) is None
+
+
+def test_rates_are_read_from_megaprovs_record_or_the_fact_cache(tmp_path, monkeypatch):
+    import json
+
+    from megaprov import paths, rates
+
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text("[gpu_nodes]\nnode1\nnode2\nnode3\n")
+    fact = {"version": 1, "backend": "torch-cpu", "dtype": "float32", "tflops_per_device": 0.0156, "devices": [{}], "measured_at": "t"}
+    rates.record(inventory, {"node1": fact})
+    cache = paths.fact_cache_dir(inventory)
+    cache.mkdir(parents=True)
+    # ansible-core 2.19's jsonfile layout (schema prefix, JSON payload in a string), and a plain one with the local fact
+    (cache / "s1_node2").write_text(json.dumps({"__payload__": json.dumps({"megaprov_compute": {**fact, "tflops_per_device": 0.02}})}))
+    (cache / "node3").write_text(json.dumps({"ansible_local": {"megaprov_compute": {**fact, "tflops_per_device": 0.03}}}))
+    found = {r.host: r.tflops_per_device for r in rates.known(inventory, ["node1", "node2", "node3", "node4"])}
+    assert found == {"node1": 0.0156, "node2": 0.02, "node3": 0.03}
+    cluster = rates.with_rates(Cluster(2, 1, GPUS["cpu"], hosts=("node1", "node2", "node3")), str(inventory))
+    assert planner.plan(lab_spec(), cluster).peak.host == "node1"  # the slowest of the job's two nodes

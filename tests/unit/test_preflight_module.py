@@ -173,3 +173,63 @@ def test_write_throughput_measures_and_cleans_up(tmp_path):
 def test_requirements_are_all_needed(missing):
     with pytest.raises(KeyError):
         facts.judge(node(), {k: v for k, v in REQ.items() if k != missing})
+
+
+# ---- the compute rate (megaprov_compute_rate)
+
+compute = load_module(ROOT / "roles/preflight/library/megaprov_compute_rate.py", "megaprov_compute_rate")
+
+CPU_RUN = (
+    '{"backend": "torch-cpu", "devices": [{"index": 0, "name": "AMD EPYC", "tflops": 0.0156, "cpus": 2}], '
+    '"version": "2.13.0+cpu", "threads": 2, "dtype": "float32", "size": 1024}'
+)
+GPU_RUN = {
+    "backend": "torch-cuda",
+    "dtype": "bfloat16",
+    "size": 8192,
+    "threads": 0,
+    "version": "2.13.0+cu128",
+    "devices": [{"index": i, "name": "NVIDIA H100 80GB HBM3", "tflops": 710.0 - (300 if i == 5 else 0)} for i in range(8)],
+}
+
+
+def test_a_measurement_is_parsed_from_its_last_json_line():
+    doc = compute.parse_measurement("Warning: something\n" + CPU_RUN + "\n")
+    rec = compute.record(doc, "2026-11-30T12:00:00Z")
+    assert rec["tflops_per_device"] == 0.0156 and rec["backend"] == "torch-cpu" and rec["threads"] == 2 and rec["version"] == 1
+    with pytest.raises(ValueError, match="neither torch nor numpy"):
+        compute.parse_measurement('{"error": "neither torch nor numpy in this interpreter"}')
+    with pytest.raises(ValueError, match="no result"):
+        compute.parse_measurement("Traceback ...")
+    with pytest.raises(ValueError, match="positive rate"):
+        compute.parse_measurement('{"backend": "torch-cpu", "devices": [{"index": 0, "tflops": 0}]}')
+
+
+def test_a_gpu_node_is_rated_at_its_slowest_gpu():
+    rec = compute.record(GPU_RUN, "t")
+    assert rec["tflops_per_device"] == 410.0 and rec["tflops_node"] == 7 * 710.0 + 410.0 and len(rec["devices"]) == 8
+    assert "410.0 TFLOP/s per device, bfloat16 torch-cuda GEMM 8192^3 (8 GPU(s)" in compute.describe(rec)
+
+
+def test_a_stored_rate_is_kept_so_reruns_change_nothing_and_a_drop_warns():
+    stored = compute.record(compute.parse_measurement(CPU_RUN), "t0")
+    noisy = {**stored, "tflops_per_device": 0.0149, "measured_at": "t1"}
+    keep, changed, ratio, warning = compute.decide(stored, noisy, refresh=False, warn_below=0.5)
+    assert keep is stored and not changed and ratio == pytest.approx(0.955, abs=1e-3) and warning == ""
+    throttled = {**stored, "tflops_per_device": 0.0016}
+    keep, changed, ratio, warning = compute.decide(stored, throttled, refresh=False, warn_below=0.5)
+    assert keep is stored and not changed and "10 % of the stored 15.6 GFLOP/s" in warning
+    assert compute.decide(stored, throttled, refresh=True, warn_below=0.5)[:2] == (throttled, True)
+    assert compute.decide(None, noisy, refresh=False, warn_below=0.5)[:2] == (noisy, True)
+    other_node = {**noisy, "threads": 8}  # another machine behind the same name: measured afresh
+    assert compute.decide(stored, other_node, refresh=False, warn_below=0.5)[:2] == (other_node, True)
+
+
+def test_the_measurement_script_runs_with_this_interpreter():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", compute.SCRIPT, "0.2", "256", "512"], capture_output=True, text=True, timeout=120, check=True)
+    rec = compute.record(compute.parse_measurement(proc.stdout), "t")
+    assert rec["dtype"] == "float32" and rec["size"] == 256 and rec["backend"] in ("torch-cpu", "numpy-cpu")
+    assert 1e-5 < rec["tflops_per_device"] < 100
