@@ -268,10 +268,11 @@ def _cmd_job(args: argparse.Namespace) -> Outcome:
 def _cmd_plan(args: argparse.Namespace) -> Outcome:
     import time
 
-    from megaprov import jobview, planner
+    from megaprov import jobview, planner, rates
 
     spec, found, _ = _spec_and_cluster(args, args.job)
-    mfu = args.mfu or planner.DEFAULT_MFU
+    found = rates.with_rates(found, args.inventory)  # measured GEMM rates from the fact cache, where bootstrap left them
+    mfu = args.mfu or planner.default_mfu(found)
     if args.suggest:
         start = time.perf_counter()
         ranked = planner.suggest(spec, found, mfu, args.top)
@@ -296,7 +297,7 @@ def _cmd_plan(args: argparse.Namespace) -> Outcome:
 def _cmd_train(args: argparse.Namespace) -> Outcome:
     import time
 
-    from megaprov import jobs, jobview, launch, planner, render
+    from megaprov import jobs, jobview, launch, planner, rates, render
     from megaprov.jobspec import NAME_PATTERN
 
     since = time.time()
@@ -321,6 +322,7 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
         spec = spec.model_copy(update={"name": args.name})
     found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu))
     launch.check(spec, text, spec_path, found.world, found.gpus_per_node)
+    found = rates.with_rates(found, args.inventory)
     planned = planner.plan(spec, found)
     if planned.fits is False:
         fixes = "; ".join(f.render() for f in planned.fixes) or "run megaprov plan --suggest"

@@ -495,11 +495,14 @@ def _progress(name: str, log: follow.JobLog) -> Progress:
 
 
 def expected_throughput(spec: JobSpec, planned: Plan) -> tuple[float, str]:
+    """The throughput the verdict holds the run to, and where it comes from: an explicit verify.tokens_per_second,
+    else the plan's estimate (MFU x the slowest node's measured GEMM rate, or the published peak)."""
     if spec.verify.tokens_per_second:
-        return spec.verify.tokens_per_second, "verify.tokens_per_second"
+        return spec.verify.tokens_per_second, "verify.tokens_per_second, set in the job spec"
+    rate = f"; {planned.peak.text}" if planned.peak else ""
     if spec.verify.mfu:
-        return planned.tokens_per_second * spec.verify.mfu / planned.mfu_assumed, f"the plan at verify.mfu={spec.verify.mfu:g}"
-    return planned.tokens_per_second, f"the plan's estimate at MFU {planned.mfu_assumed:.0%}"
+        return planned.tokens_per_second * spec.verify.mfu / planned.mfu_assumed, f"the plan at verify.mfu={spec.verify.mfu:g}{rate}"
+    return planned.tokens_per_second, f"the plan's estimate at MFU {planned.mfu_assumed:.1%}{rate}"
 
 
 def conclude(
@@ -511,7 +514,17 @@ def conclude(
     samples = {h: follow.during(follow.gpu_samples(job.local_dir / "logs" / f"gpu-{h}.csv"), window) for h in job.hosts}
     expected, source = expected_throughput(spec, planned)
     judged, measured = verdict.judge(
-        log, job.hosts, spec.verify.loss_window, expected, spec.verify.throughput_tolerance, source, gpu_nodes, spec.verify.gpu_utilization, samples
+        log,
+        job.hosts,
+        spec.verify.loss_window,
+        expected,
+        spec.verify.throughput_tolerance,
+        source,
+        gpu_nodes,
+        spec.verify.gpu_utilization,
+        samples,
+        {r.host: r.tflops_per_device for r in planned.rates},
+        follow_load=not spec.verify.tokens_per_second and planned.peak is not None and planned.peak.source == "measured",
     )
     if outcome.state != "finished":
         judged.passed = False

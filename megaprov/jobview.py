@@ -58,7 +58,18 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
             "capacity": round(m.capacity / GIB, 3),
         },
         "fits": plan.fits,
-        "estimate": {"mfu": round(plan.mfu_assumed, 4), "step_seconds": plan.step_seconds, "tokens_per_second": plan.tokens_per_second},
+        "estimate": {
+            "mfu": round(plan.mfu_assumed, 4),
+            "step_seconds": plan.step_seconds,
+            "tokens_per_second": plan.tokens_per_second,
+            "peak_tflops_per_rank": plan.peak.tflops if plan.peak else None,
+            "peak_source": plan.peak.source if plan.peak else None,
+            "peak": plan.peak.text if plan.peak else None,
+        },
+        "measured_rates": {
+            r.host: {"tflops_per_device": r.tflops_per_device, "dtype": r.dtype, "backend": r.backend, "measured_at": r.measured_at}
+            for r in plan.rates
+        },
         "fixes": [{"field": f.field, "value": f.value, "memory_gib": round(f.memory_gib, 3)} for f in plan.fixes],
         "warnings": list(plan.warnings),
     }
@@ -94,6 +105,8 @@ def render_plan(plan: Plan) -> None:
         verdict = f"{'fits' if plan.fits else 'DOES NOT FIT'}: {m.total / GIB:.1f} of {m.capacity / GIB:.1f} GiB"
     table.add_row("verdict", verdict)
     table.add_row("estimate", f"MFU {100 * plan.mfu_assumed:.1f} %, {plan.step_seconds:.3g} s per iteration, {_si(plan.tokens_per_second)} tokens/s")
+    if plan.peak:
+        table.add_row("rate behind it", plan.peak.text)
     out.print(table)
     for w in plan.warnings:
         out.print(f"warning: {w}", markup=False)
