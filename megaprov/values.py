@@ -82,6 +82,10 @@ def text(value: Any, field: str, max_len: int = MAX_TEXT, empty: bool = True) ->
         raise _fail(field, value, f"contains the control character {bad}", "remove it: values are rendered into scripts and units")
     if len(value) > max_len:
         raise _fail(field, value, f"is {len(value)} characters long", f"use at most {max_len}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no file, script or unit can hold it
+        raise _fail(field, value, "is not valid Unicode text", "remove the undecodable character") from None
     if not empty and not value:
         raise _fail(field, value, "is empty", "give a value")
     return value

@@ -204,3 +204,44 @@ def test_gpu_stack_settings_that_fit_pass(tmp_path):
     assert inventory.host_var("gpu01", "cuda_version") == "12.8"
     # CUDA not installed at all: the driver branch does not matter.
     load(write(tmp_path, GOOD, {"gpu_nodes.yml": "cuda_method: none\nnvidia_driver_branch: '470'\n"}))
+
+
+def test_inline_comments_are_read_as_ansible_reads_them(tmp_path):
+    # ansible-inventory --list on this text: n2's foo is "bar", x is 8080, z is "/srv/shared" (checked with ansible-core 2.19)
+    path = write(
+        tmp_path,
+        """
+        [head] # the controller
+        n1 ansible_host=10.0.0.1 # the head
+        [gpu_nodes]
+        n2 ansible_host="10.0.0.2" foo=bar#baz  # a worker
+        [gpu_nodes:children] # none
+        [all:vars]
+        x=8080 # a port
+        megaprov_shared_dir='/srv/shared' # quoted, so the comment is dropped
+    """,
+    )
+    inventory = load(path)
+    assert inventory.hosts["n1"].vars == {"ansible_host": "10.0.0.1"}
+    assert inventory.hosts["n2"].vars == {"ansible_host": "10.0.0.2", "foo": "bar"}
+    assert inventory.host_var("n2", "x") == 8080 and inventory.host_var("n2", "megaprov_shared_dir") == "/srv/shared"
+
+
+def test_an_unquoted_value_with_a_comment_is_named(tmp_path):
+    with pytest.raises(InventoryError, match="Ansible keeps ' #...' as part of an unquoted value"):
+        load(write(tmp_path, "[head]\nn1\n[gpu_nodes]\nn1\n[all:vars]\nmegaprov_shared_dir=/srv # here\n"))
+
+
+def test_parsing_is_linear(tmp_path):
+    import time
+
+    hosts = "\n".join(f"node{i}" for i in range(10_000))
+    path = write(tmp_path, f"[head]\nnode0\n[gpu_nodes]\n{hosts}\n")
+    start = time.monotonic()
+    assert len(load(path).hosts_of("gpu_nodes")) == 10_000
+    assert time.monotonic() - start < 10  # was quadratic: 40,000 hosts took 66 s
+
+
+def test_a_huge_range_is_refused_without_expanding_it(tmp_path):
+    with pytest.raises(InventoryError, match="expands to 100,000,000 hosts"):
+        load(write(tmp_path, "[head]\nh1\n[gpu_nodes]\nnode[0:99999999]\n"))
