@@ -196,7 +196,8 @@ def test_a_symlink_out_of_the_shared_directory_is_refused(capsys, tmp_path):
 def test_json_keys_cannot_name_paths(capsys, tmp_path):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text('{"text": "hello"}\n')
-    usage(capsys, "data", "prepare", "--input", corpus, "--output-prefix", tmp_path / "out" / "x", "--json-keys", "a/../../x", needle="not an identifier")
+    argv = ["data", "prepare", "--input", corpus, "--output-prefix", tmp_path / "out" / "x", "--json-keys", "a/../../x"]
+    usage(capsys, *argv, needle="not an identifier")
     assert not (tmp_path / "out").exists()
 
 
