@@ -7,10 +7,12 @@ Checks, each pass / fail / skipped with a one-line reason:
 - no nan iteration (Megatron's counter, and no non-finite loss);
 - throughput: the median tokens/s of steady iterations (not the first ones of each attempt) at least
   ``throughput_tolerance`` x the expectation (``verify.tokens_per_second`` when the spec sets it, else the plan's
-  estimate from the slowest node's measured GEMM rate, or the published peak where nothing was measured); the
-  detail names the source, and a slow node where the evidence shows one: a node whose ranks' compute time per
-  iteration (collective waits excluded) is ``STRAGGLER_FACTOR`` x the median of the other nodes', or whose GEMM
-  rate at start-up fell below ``THROTTLED_BELOW`` of the rate it was measured at when built;
+  estimate from the slowest node's measured GEMM rate, or the published peak where nothing was measured), and no
+  node so slow that the others wait for it as long as they compute (its ranks' compute time per iteration, collective
+  waits excluded, ``STRAGGLER_FAIL`` x the median of the other nodes'): synchronous training runs at the pace of its
+  slowest rank, so such a node costs half the cluster's throughput or more, whatever the absolute floor says. The
+  detail names the source, and a slow node where the evidence shows one: ``STRAGGLER_FACTOR`` x slower than the
+  others, or a GEMM rate at start-up below ``THROTTLED_BELOW`` of the rate it was measured at when built;
 - GPUs: mean utilisation >= ``verify.gpu_utilization`` and memory below the GPU's size, from the nvidia-smi samples
   of GPU nodes; "skipped: no GPU" on CPU nodes;
 - every rank alive: the last iteration reached and torchrun exited 0 on every node.
@@ -29,6 +31,7 @@ from megaprov.follow import Iteration, JobLog, RankCompute
 
 PASS, FAIL, SKIP = "pass", "fail", "skipped"
 STRAGGLER_FACTOR = 1.5  # a node this many times slower than the median of the others is named
+STRAGGLER_FAIL = 2.0  # and at this many times it fails the throughput check (the others wait as long as they compute)
 THROTTLED_BELOW = 0.5  # a start-up GEMM rate below this fraction of the node's stored rate is named
 
 
@@ -187,8 +190,12 @@ def throughput_check(
     floor = expected * tolerance
     text = f"median {measured:,.0f} tokens/s, expected {expected:,.0f} ({source}) x {tolerance:g} = {floor:,.0f}"
     nodes = ", ".join(f"{h} {ms:,.0f} ms" for h, ms in sorted((per_node or {}).items()))
-    if measured >= floor:
+    held_back = stragglers(per_node or {}, STRAGGLER_FAIL)
+    if measured >= floor and not held_back:
         return Check("throughput", PASS, text + (f"; compute per iteration: {nodes}" if nodes else "")), measured
+    if held_back:
+        host, ms, others = held_back[0]
+        text += f", but the job ran at the pace of {host}: the other nodes computed {ms / max(others, 1e-9):.1f}x faster and waited for it"
     if slow:
         why = "; ".join(slow)
     elif nodes:

@@ -331,3 +331,17 @@ def test_a_busier_machine_lowers_the_expectation_by_the_median_nodes_start_up_ra
     assert tp.status == verdict.PASS and "expected 15,000 (the plan; x 0.50: the median node computed at 0.50" in tp.detail
     fixed, _ = verdict.judge(*args, follow_load=False)  # an explicit verify.tokens_per_second is not scaled
     assert next(c for c in fixed.checks if c.name == "throughput").status == verdict.FAIL
+
+
+def test_a_node_that_holds_the_others_back_fails_the_check_even_above_the_floor():
+    # the lab with one node at 10 % of a CPU: above an absolute floor, but the others compute 4x faster and wait
+    log = evidence_log({"node1": 270.0, "node2": 1106.0}, launch={"node1": 0.0537, "node2": 0.0056})
+    stored = {"node1": 0.0156, "node2": 0.0166}
+    per_node = verdict.node_compute_ms(log.rank_compute)
+    check, _ = verdict.throughput_check(series([1.0] * 10), 291.0, 0.8, "the plan", verdict.slow_nodes(log, stored), per_node)
+    assert check.status == verdict.FAIL
+    assert "but the job ran at the pace of node2: the other nodes computed 4.1x faster and waited for it" in check.detail
+    assert "node2 is 4.1x slower than the median node" in check.detail and "node2 computed 5.6 GFLOP/s at start-up, 0.34x" in check.detail
+    # the same two nodes within 2x of each other (a busy machine's noise) pass
+    even = verdict.node_compute_ms(evidence_log({"node1": 626.0, "node2": 931.0}).rank_compute)
+    assert verdict.throughput_check(series([1.0] * 10), 291.0, 0.8, "the plan", [], even)[0].status == verdict.PASS
