@@ -33,6 +33,7 @@ PASS, FAIL, SKIP = "pass", "fail", "skipped"
 STRAGGLER_FACTOR = 1.5  # a node this many times slower than the median of the others is named
 STRAGGLER_FAIL = 2.0  # and at this many times it fails the throughput check (the others wait as long as they compute)
 THROTTLED_BELOW = 0.5  # a start-up GEMM rate below this fraction of the node's stored rate is named
+LOAD_FACTOR_MIN = 0.5  # the expectation follows a busier machine down to half, not further: below that nodes are throttled
 
 
 @dataclass(frozen=True)
@@ -153,13 +154,15 @@ def throttled(launch: dict[str, dict[int, float]], stored: dict[str, float], bel
 
 
 def launch_factor(launch: dict[str, dict[int, float]], stored: dict[str, float]) -> float | None:
-    """How much of its stored rate the median node still had at start-up (at most 1), or None when unknown.
+    """How much of its stored rate the median node still had at start-up, between ``LOAD_FACTOR_MIN`` and 1, or None
+    when unknown.
 
     The median, not the slowest: a busier machine slows every node and lowers the expectation with it, while one
     slow node among the others leaves the median where it was (and with two nodes halves the drop at most, far less
-    than a throttled node costs the run)."""
+    than a throttled node costs the run). The lower bound keeps a cluster whose every node is throttled (power or
+    thermal capping, a CPU quota) from lowering its own floor: that is a finding, not load."""
     ratios = [min(ranks.values()) / stored[host] for host, ranks in launch.items() if ranks and stored.get(host)]
-    return min(1.0, statistics.median(ratios)) if ratios else None
+    return max(LOAD_FACTOR_MIN, min(1.0, statistics.median(ratios))) if ratios else None
 
 
 def _tf(tflops: float) -> str:

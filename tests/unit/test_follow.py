@@ -324,6 +324,8 @@ def test_a_busier_machine_lowers_the_expectation_by_the_median_nodes_start_up_ra
     one_slow = {"node1": {0: 0.041}, "node2": {1: 0.004}, "node3": {2: 0.039}}
     assert verdict.launch_factor(one_slow, stored) == pytest.approx(0.975)  # one slow node does not move the median
     assert verdict.launch_factor({"node1": {0: 0.09}}, stored) == 1.0 and verdict.launch_factor({}, stored) is None
+    every_node_throttled = {"node1": {0: 0.004}, "node2": {1: 0.004}, "node3": {2: 0.005}}
+    assert verdict.launch_factor(every_node_throttled, stored) == verdict.LOAD_FACTOR_MIN
     log = evidence_log({"node1": 100.0, "node2": 104.0}, launch={"node1": 0.020, "node2": 0.020})
     args = (log, ["node1", "node2"], 3, 30000.0, 0.8, "the plan", False, 0.0, {}, {"node1": 0.040, "node2": 0.040})
     scaled, _ = verdict.judge(*args, follow_load=True)
