@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import trainer
+from megaprov import follow, trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = (ROOT / "tests" / "unit" / "golden" / "lab-tiny.args").read_text().split()
@@ -106,6 +106,12 @@ def test_two_ranks_train_checkpoint_and_resume(dataset):
     assert "successfully saved checkpoint from iteration       6" in out
     assert (dataset / "dp" / "latest_checkpointed_iteration.txt").read_text() == "6\n"
     assert (dataset / "dp" / "iter_0000003" / "mp_rank_00" / "model_optim_rng.pt").is_file()
+    # every rank's evidence for the throughput verdict: its start-up GEMM rate and its compute time per iteration
+    evidence = [e for e in map(follow.parse_evidence, out.splitlines()) if e]
+    assert sorted((kind, fields["rank"]) for kind, fields in evidence) == [("compute", "0"), ("compute", "1"), ("straggler", "0"), ("straggler", "1")]
+    assert all(float(fields["rate (TFLOP/s)"]) > 0 for kind, fields in evidence if kind == "compute")
+    windows = [follow.parse_rank_compute(fields) for kind, fields in evidence if kind == "straggler"]
+    assert all((w.first, w.last) == (1, 6) and w.compute_ms > 0 and w.wait_ms >= 0 for w in windows), windows
     resumed, out = train(dataset, "dp", 8)
     assert "successfully loaded checkpoint from" in out and "at iteration 6" in out
     assert len(resumed) == 2 and resumed[0] < losses[0]
@@ -128,3 +134,10 @@ def test_a_checkpoint_of_another_shape_is_refused(dataset):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode != 0
     assert "has hidden_size=64, this job 32; use another checkpoint directory or the same model shape" in proc.stdout + proc.stderr
+
+
+def test_unflatten_into_is_the_inverse_of_a_flat_concatenation():
+    torch = pytest.importorskip("torch", reason="skipped: no torch in this environment")
+    tensors = [torch.zeros(2, 3), torch.zeros(4), torch.zeros(1, 1)]
+    trainer.unflatten_into(torch.arange(11, dtype=torch.float32), tensors)
+    assert tensors[0].tolist() == [[0, 1, 2], [3, 4, 5]] and tensors[1].tolist() == [6, 7, 8, 9] and tensors[2].tolist() == [[10]]
