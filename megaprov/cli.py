@@ -381,6 +381,10 @@ def _cmd_jobs(args: argparse.Namespace) -> Outcome:
     from megaprov import jobs
 
     rows = jobs.listing(args.inventory)
+    # a job that ended while nobody followed it (--detach) gets its verdict whenever its state is read
+    unjudged = [r["name"] for r in rows if r["state"] in ("starting", "running") and r["verdict"] is None]
+    if [name for name in unjudged if jobs.settle(jobs.find(name, args.inventory))]:
+        rows = jobs.listing(args.inventory)
     if args.output == "text":
         out = console()
         if not rows:

@@ -147,7 +147,7 @@ def _split_kv(tokens: list[str], where: str) -> dict[str, Any]:
         if "=" not in token:
             raise InventoryError(f"{where}: {token!r} is not key=value", "write host variables as name=value")
         key, value = token.split("=", 1)
-        if not _VAR_RE.match(key):
+        if not _VAR_RE.fullmatch(key):
             raise InventoryError(f"{where}: {key!r} is not a valid variable name", "use letters, digits and _")
         out[key] = _literal(value)
     return out
@@ -178,7 +178,7 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
             name, _, suffix = header.group(1).strip().partition(":")
             if suffix not in ("", "vars", "children"):
                 raise InventoryError(f"{where}: unknown section kind ':{suffix}' in {line!r}", "use [group], [group:vars] or [group:children]")
-            if not _GROUP_RE.match(name):
+            if not _GROUP_RE.fullmatch(name):
                 raise InventoryError(f"{where}: invalid group name {name!r}", "group names use letters, digits and _ (no dashes)")
             section, kind = name, suffix or "hosts"
             if kind == "hosts":
@@ -192,7 +192,7 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
         if kind == "vars":
             key, sep, value = line.partition("=")
             key = key.strip()
-            if not sep or not _VAR_RE.match(key):
+            if not sep or not _VAR_RE.fullmatch(key):
                 raise InventoryError(f"{where}: {line!r} in [{section}:vars] is not name=value", "write one variable per line as name=value")
             # As Ansible does: a Python literal (number, quoted string, list, ...) with an optional trailing
             # comment, otherwise the whole rest of the line as a string (a comment included).
@@ -206,7 +206,7 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
             continue
         if kind == "children":
             line = _COMMENT_RE.sub("", line)
-            if not _GROUP_RE.match(line):
+            if not _GROUP_RE.fullmatch(line):
                 raise InventoryError(f"{where}: invalid child group {line!r}", "list one group name per line")
             children[section].append(line)
             continue
@@ -224,7 +224,7 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
                 raise InventoryError(f"{where}: bad port in {line.split()[0]!r}", "write host:port with a number, or ansible_port=N")
             host_vars.setdefault("ansible_port", int(port))
         for name in _expand_ranges(name_part, where):
-            if not _HOSTNAME_RE.match(name):
+            if not _HOSTNAME_RE.fullmatch(name):
                 raise InventoryError(f"{where}: {name!r} is not a valid host name", "use letters, digits, dots and dashes (it goes into /etc/hosts)")
             if name in members[section]:
                 raise InventoryError(

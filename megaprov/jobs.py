@@ -194,15 +194,11 @@ def _failure(result: runner.RunResult, what: str) -> MegaprovError:
     return JobFailed(f"{what}: {first.host}: task '{first.task}' failed: {first.message}", f"see {result.artifacts}/stdout")
 
 
-# The unit's environment marks every process of the job on a node (the node script, torchrun, the ranks, the GPU
-# sampler): the stop script finds what is left of the job by it, wherever those processes were reparented.
-JOB_MARKER = "MEGAPROV_JOB_UNIT"
+JOB_MARKER = render.JOB_MARKER
 
-# ExecStop of every job unit. systemd runs it on `systemctl stop` AND after the node script ended on its own (a
-# killed torchrun, an OOM kill): with $MAINPID still alive it hands SIGTERM to the node script and waits for it (the
-# ranks save a checkpoint); then nothing of the job may outlive the node script. Ranks orphaned by a killed torchrun
-# wait in collectives for peers that are gone; left to KillMode they would hold the unit in its stop phase until
-# TimeoutStopSec, and the restart with them. Killed here, the unit restarts RestartSec after the failure.
+# ExecStop of every job unit, run by systemd on `systemctl stop` (and after a node script that ended with 0): with
+# $MAINPID alive it hands SIGTERM to the node script and waits for it (the ranks save a checkpoint, the node script
+# reaps what is left); then it reaps whatever of the job is still there, for a node script that was killed itself.
 STOP_SCRIPT = f"""#!/bin/bash
 # Written by megaprov train: ExecStop of the job's unit on every node (argument: $MAINPID, empty once it exited).
 unit=${{{JOB_MARKER}:-}}
@@ -212,20 +208,8 @@ if [ -n "$main" ] && kill -0 "$main" 2>/dev/null; then
     kill -TERM "$main"
     while kill -0 "$main" 2>/dev/null; do sleep 0.2; done  # bounded by the unit's TimeoutStopSec
 fi
-[ -n "$unit" ] || exit 0
-left=()
-for environ in /proc/[0-9]*/environ; do
-    pid=${{environ#/proc/}}
-    pid=${{pid%/environ}}
-    [ "$pid" = "$$" ] && continue
-    while IFS= read -r -d '' entry; do
-        if [ "$entry" = "{JOB_MARKER}=$unit" ]; then left+=("$pid"); break; fi
-    done 2>/dev/null <"$environ"
-done 2>/dev/null
-if [ ${{#left[@]}} -gt 0 ]; then
-    echo "megaprov: $unit: killing ${{#left[@]}} process(es) left after the node script: ${{left[*]}}"
-    kill -KILL "${{left[@]}}" 2>/dev/null
-fi
+{render.REAP_FUNCTION}
+reap_job "$unit"
 exit 0
 """
 STOP_SCRIPT_FILE = "launch/stop.sh"
@@ -235,7 +219,7 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
     lines = [
         "# Written by megaprov train; megaprov job stop stops it.",
         "[Unit]",
-        f"Description=megaprov job {job.name} on {host} (node rank {rank} of {len(job.hosts)})",
+        "Description=" + values.systemd_value(f"megaprov job {job.name} on {host} (node rank {rank} of {len(job.hosts)})", "Description"),
         "Wants=network-online.target",
         "After=network-online.target remote-fs.target",
         f"StartLimitIntervalSec={START_LIMIT_INTERVAL}",
@@ -243,14 +227,14 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
         "",
         "[Service]",
         "Type=simple",
-        f"User={user}",
-        f"Group={user}",
-        f"Environment={JOB_MARKER}={job.unit}",
-        f"WorkingDirectory={job.job_dir}",
-        f"ExecStart=/bin/bash {job.job_dir}/launch/{host}.sh",
+        "User=" + values.systemd_value(values.posix_user(user, "megaprov_cluster_user"), "User"),
+        "Group=" + values.systemd_value(user, "Group"),
+        "Environment=" + values.systemd_exec_arg(f"{JOB_MARKER}={job.unit}", "Environment"),
+        "WorkingDirectory=" + values.systemd_value(job.job_dir, "WorkingDirectory"),
+        "ExecStart=" + values.systemd_exec_line(["/bin/bash", f"{job.job_dir}/launch/{host}.sh"]),
         # $MAINPID is systemd's: the node script's PID while it runs, empty after it exited.
-        f"ExecStop=/bin/bash {job.job_dir}/{STOP_SCRIPT_FILE} $MAINPID",
-        f"StandardOutput=append:{render.node_log(job.job_dir, host)}",
+        "ExecStop=" + values.systemd_exec_line(["/bin/bash", f"{job.job_dir}/{STOP_SCRIPT_FILE}"], "ExecStop") + " $MAINPID",
+        "StandardOutput=append:" + values.systemd_value(render.node_log(job.job_dir, host), "StandardOutput"),
         "StandardError=inherit",
         "Restart=on-failure",
         f"RestartSec={RESTART_SEC}",
@@ -552,3 +536,35 @@ def first_start_seconds(log: follow.JobLog, since_epoch: float) -> dict[str, Any
         if firsts:
             out["torchrun_start_to_first_iteration_s"] = round(firsts[0] - first, 2)
     return out
+
+
+def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
+    """Judge a job that ended with nobody following it (``train --detach``, or megaprov interrupted): whenever its
+    state is read, a job that is still "starting"/"running" in job.json but whose logs show every node's torchrun
+    exited 0 at the last iteration gets its verdict and report now; with ``units`` (from ``job_status.yml``), a job
+    whose units all gave up is judged failed. Returns whether a verdict was written."""
+    from megaprov import launch, planner, rates
+
+    meta_path = job.local_dir / "job.json"
+    if (job.local_dir / "report.json").is_file() or not meta_path.is_file():
+        return False
+    meta = json.loads(meta_path.read_text())
+    if meta.get("state") not in ("starting", "running"):
+        return False
+    spec, _ = launch.read(str(job.local_dir / "spec.yml"))
+    log = read_log(job, spec.model.seq_length)
+    states = [log.node_state(h) for h in job.hosts]
+    if all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
+        outcome = Outcome("finished", log)
+    elif units is not None and all(s.startswith(("exited", "failed")) for s in states):
+        if any(units.get(h, {}).get("ActiveState") in ("active", "activating", "reloading", "deactivating") for h in job.hosts):
+            return False
+        failed = ", ".join(f"{h} ({s})" for h, s in zip(job.hosts, states, strict=True) if s != "exited-0")
+        outcome = Outcome("failed", log, f"torchrun ended on {failed} and the units gave up")
+    else:
+        return False
+    shape = launch.Shape(int(meta.get("nodes") or len(job.hosts)), int(meta.get("gpus_per_node") or 1), str(meta.get("gpu") or "cpu"))
+    found, _ = launch.cluster(spec, str(job.inventory), shape)
+    found = rates.with_rates(found, str(job.inventory))
+    conclude(job, spec, planner.plan(spec, found), outcome, found.gpu.name != "cpu", {"judged_after_the_run": True})
+    return True

@@ -288,7 +288,7 @@ def _fmt(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str) and _BARE.match(value):
+    if isinstance(value, str) and _BARE.fullmatch(value):
         return value
     # Control characters (and Unicode line breaks) are escaped: the problem stays one line.
     text = json.dumps(value, ensure_ascii=False, default=str)

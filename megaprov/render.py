@@ -279,7 +279,48 @@ def torchrun_argv(spec: JobSpec, nodes: int, gpus_per_node: int, node_rank: int,
     ]
 
 
-# Lines the node script prints around torchrun; the follower reads them from the node logs.
+# The job's unit marks every process of the job on a node (Environment=): the node script, torchrun, the ranks, the GPU
+# sampler. What is left of a job is found by it, wherever those processes were reparented.
+JOB_MARKER = "MEGAPROV_JOB_UNIT"
+# A bash function (builtins only while it scans, so nothing it starts is mistaken for the job): SIGKILL every process
+# marked as job $1 on this node except the caller, then, inside the job's own unit, wait until the unit's control
+# group holds nothing but the caller (a killed rank may take a moment to exit); at most ~10 s. The node script calls
+# it when torchrun ended, whatever ended it: ranks orphaned by a killed torchrun wait in collectives for peers that
+# are gone, and a unit whose main process exits with processes left waits for them up to TimeoutStopSec before it
+# restarts (the lab's systemd, on cgroup v1 inside a container, is never told that the group became empty).
+REAP_FUNCTION = r"""reap_job() {
+    local unit=$1 environ pid entry line tries procs=""
+    local -a left
+    [ -n "$unit" ] || return 0
+    while IFS= read -r line; do  # the unit's own group (v1: name=systemd, v2: 0::), when this runs in the unit
+        case $line in
+            *:name=systemd:*/"$unit") procs=/sys/fs/cgroup/systemd${line#*:name=systemd:}/cgroup.procs ;;
+            0::*/"$unit") [ -n "$procs" ] || procs=/sys/fs/cgroup${line#0::}/cgroup.procs ;;
+        esac
+    done </proc/$$/cgroup
+    for ((tries = 0; tries < 50; tries++)); do
+        left=()
+        for environ in /proc/[0-9]*/environ; do
+            pid=${environ#/proc/}
+            pid=${pid%/environ}
+            [ "$pid" = "$$" ] && continue
+            while IFS= read -r -d '' entry; do
+                if [ "$entry" = "MEGAPROV_JOB_UNIT=$unit" ]; then left+=("$pid"); break; fi
+            done 2>/dev/null <"$environ"
+        done 2>/dev/null
+        if [ -n "$procs" ] && [ -r "$procs" ]; then
+            while IFS= read -r pid; do
+                [ "$pid" = "$$" ] || [[ " ${left[*]} " == *" $pid "* ]] || left+=("$pid")
+            done <"$procs"
+        fi
+        [ ${#left[@]} -eq 0 ] && return 0
+        [ "$tries" = 0 ] && echo "megaprov: $unit: killing ${#left[@]} process(es) of the job left behind: ${left[*]}"
+        kill -KILL "${left[@]}" 2>/dev/null
+        sleep 0.2
+    done
+}"""
+
+
 START_LINE = "megaprov: node {host} (node rank {rank}): torchrun starting at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
 EXIT_LINE = "megaprov: node {host} (node rank {rank}): torchrun exited with $rc at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
 GPU_QUERY = "timestamp,index,utilization.gpu,memory.used,memory.total"
@@ -311,6 +352,9 @@ def _script(spec: JobSpec, host: str, rank: int, nodes: int, env: dict[str, str]
         "wait $child",
         "rc=$?",
         'if [ "$stopping" = 1 ]; then wait $child; rc=143; fi',
+        "# Nothing of the job outlives torchrun: the unit restarts RestartSec after a failure, not after TimeoutStopSec.",
+        *REAP_FUNCTION.splitlines(),
+        f'reap_job "${{{JOB_MARKER}:-}}"',
         f'echo "{EXIT_LINE.format(host=host, rank=rank)}"',
         "exit $rc",
     ]

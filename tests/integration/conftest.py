@@ -143,8 +143,18 @@ def _lab_nodes(inventory: Path) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def bootstrapped(readme_run):
-    """The README run's lab: bootstrapped, trained once; the cluster of every test that needs a converged lab."""
+def bootstrapped(request):
+    """The README run's lab: bootstrapped, trained once; the cluster of every test that needs a converged lab.
+    MEGAPROV_TEST_BOOTSTRAPPED=INVENTORY (development only) names a converged lab made by a clone's run-lab.sh
+    instead, so that one test can be rerun without the 10-minute README run."""
+    given = os.environ.get("MEGAPROV_TEST_BOOTSTRAPPED")
+    if given:
+        inventory = Path(given).resolve()
+        clone = inventory.parents[3]
+        found = {"inventory": str(inventory), "nodes": _lab_nodes(inventory), "lab": inventory.parent.name}
+        return {**found, "megaprov": str(clone / ".venv" / "bin" / "megaprov"), "env": fresh_env()}
+    readme_run = request.getfixturevalue("readme_run")
     if readme_run["code"] != 0 or not readme_run["nodes"]:
         pytest.fail(f"the README's main command failed (exit {readme_run['code']}): {readme_run['output'][-3000:]}")
-    return {"inventory": readme_run["inventory"], "nodes": readme_run["nodes"], "lab": README_LAB}
+    clone_megaprov = str(readme_run["clone"] / ".venv" / "bin" / "megaprov")
+    return {"inventory": readme_run["inventory"], "nodes": readme_run["nodes"], "lab": README_LAB, "megaprov": clone_megaprov, "env": fresh_env()}

@@ -55,7 +55,7 @@ def test_processes_left_after_the_node_script_are_killed_and_no_others(tmp_path)
     try:
         out = _stop(tmp_path, unit, "")  # the node script is gone: $MAINPID is empty
         assert out.returncode == 0, out.stderr
-        assert "killing 2 process(es) left after the node script" in out.stdout
+        assert "killing 2 process(es) of the job left behind" in out.stdout
         for proc in orphans:
             assert proc.wait(timeout=5) == -9
         assert other_job.poll() is None and unmarked.poll() is None, "the stop script killed a process of another job"

@@ -204,3 +204,28 @@ def test_relative_paths_land_on_the_shared_dir():
     args = render.megatron_args(s, "/mnt/shared")
     assert args[args.index("--data-path") + 2] == "/mnt/shared/data/lab_text_document"
     assert args[args.index("--save") + 1] == "/mnt/shared/checkpoints/lab-tiny"
+
+
+def test_the_node_script_leaves_nothing_of_the_job_when_torchrun_is_killed(tmp_path):
+    # torchrun killed with SIGKILL (the OOM killer) leaves its ranks running in sessions of their own: the node
+    # script must kill them before it exits, or the unit waits for them up to TimeoutStopSec before it restarts.
+    fake = tmp_path / "python"
+    pidfile = tmp_path / "rank.pid"
+    fake.write_text(f"#!/bin/bash\nsetsid sleep 300 </dev/null >/dev/null 2>&1 &\necho $! > {pidfile}\nsleep 0.3\nkill -9 $$\n")
+    fake.chmod(0o755)
+    s = spec("lab-tiny").model_copy(update={"launch": spec("lab-tiny").launch.model_copy(update={"python": str(fake)})})
+    shared = tmp_path / "shared"
+    (shared / "jobs" / s.name).mkdir(parents=True)
+    rendered = render.render(s, cluster_for(s, str(shared)), hosts(2))
+    script = tmp_path / "node00.sh"
+    script.write_text(rendered.nodes[0].script)
+    unit = f"megaprov-job-test-{os.getpid()}.service"
+    out = subprocess.run(["bash", str(script)], env={**os.environ, "MEGAPROV_JOB_UNIT": unit}, capture_output=True, text=True, timeout=60)
+    rank = int(pidfile.read_text())
+    try:
+        assert out.returncode == 137, out.stderr
+        assert f"megaprov: {unit}: killing 1 process(es) of the job left behind: {rank}" in out.stdout
+        assert not Path(f"/proc/{rank}").exists() or Path(f"/proc/{rank}/status").read_text().find("zombie") >= 0
+        assert out.stdout.rstrip().splitlines()[-1].startswith("megaprov: node node00 (node rank 0): torchrun exited with 137")
+    finally:
+        subprocess.run(["kill", "-9", str(rank)], capture_output=True)
