@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -380,7 +381,9 @@ def _check_arguments(inputs: Sequence[str | Path], output_prefix: str | Path, js
 
 def _builders(tmp: dict[str, str], keys: tuple[str, ...], vocab_size: int) -> dict[str, Any]:
     try:
-        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+        with warnings.catch_warnings():  # megatron-core announces at import that CPU-only nodes lack TE and apex
+            warnings.filterwarnings("ignore", message=r".*(Transformer Engine|Apex).*not installed", category=UserWarning)
+            from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
     except ImportError:
         raise EnvironmentProblem("megatron-core is not installed", "pip install 'megaprov[train]' (megatron-core writes the .bin/.idx)") from None
     dtype = DType.optimal_dtype(vocab_size)

@@ -1,6 +1,6 @@
 """The throughput verdict against measured compute on the lab: a busy machine passes, a throttled node fails by name.
 
-Runs on the session lab, or on an already bootstrapped lab named by MEGAPROV_TEST_INVENTORY
+Runs on the README run's lab (bootstrapped), or on an already bootstrapped lab named by MEGAPROV_TEST_INVENTORY
 (``inventories/lab/<name>/inventory.ini``), which saves its ten-minute bootstrap.
 """
 
@@ -26,8 +26,8 @@ def podman(*argv):
 def lab(request):
     """A lab as ``lab up`` describes it ({"inventory", "nodes": [{"name", "container"}, ...]})."""
     inventory = os.environ.get("MEGAPROV_TEST_INVENTORY")
-    if not inventory:
-        return request.getfixturevalue("lab3")
+    if not inventory:  # the README run's lab: bootstrapped from a fresh clone
+        return request.getfixturevalue("bootstrapped")
     code, doc, err = megaprov("lab", "status", "--output", "json")
     assert code == 0, err
     name = Path(inventory).resolve().parent.name
