@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -51,20 +52,24 @@ def _extravars(values: list[str]) -> dict[str, Any]:
                 raise UsageError(f"-e {raw}: file {path} does not exist", "pass -e @FILE with an existing YAML file")
             text = typed.read_text(path, f"-e {raw}: file")
             try:
-                data = yaml.safe_load(text)
+                data = typed.yaml_data(text, f"-e {raw}")
             except yaml.YAMLError as exc:
                 raise UsageError(f"-e {raw}: invalid YAML ({exc.__class__.__name__})", "fix the file's YAML syntax") from None
             if not isinstance(data, dict):
                 raise UsageError(f"-e {raw}: must hold a mapping of name: value", "write name: value lines")
+            for name in data:  # ansible-runner writes each name into JSON as it is
+                typed.variable_name(name, f"-e {raw}: variable")
             out.update(data)
             continue
         key, sep, value = raw.partition("=")
-        if not sep or not key.isidentifier():
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
             raise UsageError(f"-e {raw!r} is not KEY=VALUE", "write -e name=value (or -e @vars.yml)")
         try:
             out[key] = yaml.safe_load(value) if value else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError, RecursionError):
             out[key] = value
+        if not isinstance(out[key], (str, int, float, bool, list, dict)) and out[key] is not None:
+            out[key] = value  # a date or a binary: the text as given
     return out
 
 
@@ -379,6 +384,7 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
 
 def _cmd_jobs(args: argparse.Namespace) -> Outcome:
     from megaprov import jobs
+    from megaprov import values as typed
 
     rows = jobs.listing(args.inventory)
     # a job that ended while nobody followed it (--detach) gets its verdict whenever its state is read
@@ -391,7 +397,8 @@ def _cmd_jobs(args: argparse.Namespace) -> Outcome:
             out.print("no jobs known here (pass -i INVENTORY to look in a cluster's shared directory)", markup=False)
         for r in rows:
             out.print(
-                f"{r['name']}: {r['state']}, verdict {r['verdict'] or '-'}, {r['nodes']} node(s), started {r['started']}, {r['job_dir']}",
+                f"{r['name']}: {r['state']}, verdict {r['verdict'] or '-'}, {r['nodes']} node(s), started {r['started']}, "
+                + typed.printable(str(r["job_dir"])),
                 markup=False,
             )
     return Outcome("jobs", {"jobs": rows})

@@ -256,7 +256,9 @@ def _read(path: Path, what: str, max_bytes: int = values.MAX_VARS_FILE_BYTES) ->
 def _load_yaml_vars(path: Path) -> dict[str, Any]:
     text = _read(path, "variables file")
     try:
-        data = yaml.safe_load(text)
+        data = values.yaml_data(text, str(path))
+    except UsageError as exc:
+        raise InventoryError(exc.message, exc.hint) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -356,6 +358,8 @@ def typed_problem(name: str, value: Any, typed: bool = True) -> values.BadValue 
 
 def validate_vars(variables: dict[str, Any], source: str, specs: dict[str, dict[str, Any]], role_prefixes: set[str]) -> None:
     for name, value in variables.items():
+        if not isinstance(name, str) or not values.VARIABLE.fullmatch(name):
+            raise InventoryError(f"{source}: {values.shown(name)} is not a variable name", "use letters, digits and _ (not starting with a digit)")
         bad = typed_problem(str(name), value, typed=False)
         if bad is not None:
             raise InventoryError(f"{source}: {bad.message}", bad.hint)
@@ -488,6 +492,35 @@ def gpu_stack_checks(inventory: Inventory, roles_dir: Path) -> None:
                 )
 
 
+def resolve_children(groups: dict[str, list[str]], children: dict[str, list[str]], source: str) -> dict[str, list[str]]:
+    """Every group's hosts, its children's included, in order: an iterative depth-first walk that resolves each
+    group once (a DAG of many groups sharing children is linear, not exponential, and a long chain of children
+    cannot exhaust Python's stack); a cycle is an error naming the group. Pure."""
+    resolved: dict[str, list[str]] = {}
+    visiting: set[str] = set()
+    for root in groups:
+        if root in resolved:
+            continue
+        stack = [(root, iter(children.get(root, [])))]
+        visiting.add(root)
+        while stack:
+            group, kids = stack[-1]
+            kid = next(kids, None)
+            if kid is None:
+                out = dict.fromkeys(groups.get(group, []))  # ordered, each host once
+                for child in children.get(group, []):
+                    out.update(dict.fromkeys(resolved[child]))
+                resolved[group] = list(out)
+                visiting.discard(group)
+                stack.pop()
+            elif kid in visiting:
+                raise InventoryError(f"{source}: group {kid!r} contains itself through [{kid}:children]", "remove the cycle")
+            elif kid not in resolved:
+                visiting.add(kid)
+                stack.append((kid, iter(children.get(kid, []))))
+    return resolved
+
+
 def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inventory:
     """Parse and validate ``path``; raise :class:`InventoryError` on the first problem."""
     path = Path(path)
@@ -516,15 +549,7 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
     for name in list(children):
         groups.setdefault(name, [])
 
-    def members(group: str, seen: tuple[str, ...] = ()) -> list[str]:
-        if group in seen:
-            raise InventoryError(f"{path}: group {group!r} contains itself through [{group}:children]", "remove the cycle")
-        out = dict.fromkeys(groups.get(group, []))  # ordered and linear
-        for kid in children.get(group, []):
-            out.update(dict.fromkeys(members(kid, (*seen, group))))
-        return list(out)
-
-    resolved = {g: members(g) for g in groups}
+    resolved = resolve_children(groups, children, str(path))
     for group, names in resolved.items():
         for name in names:
             hosts[name].groups.add(group)

@@ -46,7 +46,7 @@ def parse(text: str, where: str, name: str) -> JobMeta:
     """The checked fields of a job.json text for the job ``name`` (its directory name). Pure."""
     values.job_name(name, "job name")
     try:
-        data = json.loads(text)
+        data = values.json_data(text, where)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where}: not valid JSON (line {exc.lineno})", _HINT) from None
     if not isinstance(data, dict):

@@ -38,6 +38,15 @@ MAX_ITERS = 1_000_000_000
 MAX_BATCH = 1 << 24
 MAX_MICRO_BATCH = 1 << 16
 MAX_ENV = 256
+# Environment megaprov sets for every rank itself: a job spec may not override it.
+RESERVED_ENV = {
+    "MEGAPROV_JOB_UNIT": "it marks the job's processes, which are reaped by it",
+    "MASTER_ADDR": "torchrun's rendezvous",
+    "MASTER_PORT": "launch.master_port",
+    "RANK": "torchrun",
+    "LOCAL_RANK": "torchrun",
+    "WORLD_SIZE": "torchrun",
+}
 
 
 class _SpecValue(ValueError):
@@ -219,6 +228,8 @@ class Launch(_Section):
         for key, item in value.items():
             _checked(values.env_name, key)
             _checked(values.text, item)
+            if key in RESERVED_ENV:
+                raise _SpecValue(values.BadValue("", key, f"is set by megaprov itself ({RESERVED_ENV[key]})", "remove it from launch.env"))
         return value
 
     @field_validator("extra_args")
@@ -421,6 +432,8 @@ def parse(text: str, source: str = "") -> JobSpec:
         raise JobSpecError([Problem("", f"YAML syntax error: {what}", "fix the YAML syntax at that line", line)], source) from None
     except yaml.YAMLError as exc:
         raise JobSpecError([Problem("", f"YAML error: {exc.__class__.__name__}", "fix the YAML syntax")], source) from None
+    except (ValueError, RecursionError) as exc:  # an integer of more than 4,300 digits
+        raise JobSpecError([Problem("", f"a value cannot be read ({str(exc).splitlines()[0][:80]})", "write ordinary numbers")], source) from None
     if not isinstance(data, dict):
         raise JobSpecError([Problem("", "a job spec must be a mapping with name, model, train, ...", "see examples/jobs/")], source)
     lines = _line_map(node) if node is not None else {}
@@ -434,13 +447,20 @@ def parse(text: str, source: str = "") -> JobSpec:
 def _anchor(text: str) -> Problem | None:
     """Anchors and aliases make no sense in a job spec, and aliases of aliases expand exponentially (a "billion
     laughs" of 11 lines hangs a loader): refused from the event stream, before anything is composed."""
+    depth = 0
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             anchor = getattr(event, "anchor", None)
+            line = event.start_mark.line + 1 if event.start_mark else None
             if isinstance(event, yaml.AliasEvent) or anchor is not None:
                 what = f"alias *{anchor}" if isinstance(event, yaml.AliasEvent) else f"anchor &{anchor}"
-                line = event.start_mark.line + 1 if event.start_mark else None
                 return Problem("", f"YAML {what}: anchors and aliases are not allowed in a job spec", "write the values out", line)
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > values.MAX_DEPTH:  # the composer recurses per level
+                    return Problem("", f"YAML nested deeper than {values.MAX_DEPTH} levels", "a job spec has a few sections of key: value", line)
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
     except yaml.YAMLError:
         return None  # parse() reports the syntax error with its line
     return None

@@ -428,16 +428,13 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
         else:
             dp = world // model_parallel
             if t.global_batch_size % (t.micro_batch_size * dp):
-                good = [
-                    g
-                    for g in range(t.global_batch_size, t.global_batch_size + 64 * t.micro_batch_size * dp + 1)
-                    if g % (t.micro_batch_size * dp) == 0
-                ][:1]
+                step = t.micro_batch_size * dp
+                good = -(-t.global_batch_size // step) * step  # the next multiple, by arithmetic (no scan)
                 out.add(
                     "train.global_batch_size",
                     f"train.global_batch_size={t.global_batch_size} is not a multiple of micro_batch_size x data parallel"
                     f" = {t.micro_batch_size}x{dp}",
-                    f"use {good[0] if good else t.micro_batch_size * dp} (or change micro_batch_size or the parallel sizes)",
+                    f"use {good} (or change micro_batch_size or the parallel sizes)",
                 )
         if gpus_per_node and p.tensor > gpus_per_node:
             out.add(

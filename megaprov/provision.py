@@ -98,6 +98,7 @@ def prepare(request: Request, playbook: str, label: str) -> tuple[runner.RunSpec
     opts = request.options
     specs, prefixes = inv.all_specs(root / "roles")
     inv.validate_vars(opts.extravars, "-e", specs, prefixes)
+    runner.as_data(dict(opts.extravars), "-e")  # names and types Ansible can take, checked before a run directory exists
     check_tags("--tags", opts.tags)
     check_tags("--skip-tags", opts.skip_tags)
     if opts.limit:

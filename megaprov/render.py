@@ -404,14 +404,11 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         if value:
             head.append(f"#SBATCH --{key}={values.sbatch_value(value, f'launch.slurm.{key}')}")
     env = _env(spec, passed)
-    argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "@@MASTER@@", shared)
-    argv[argv.index("--node-rank") + 1] = "@@RANK@@"
-    inner = (
-        " ".join(shlex.quote(x) for x in argv)
-        .replace("@@RANK@@", '"$SLURM_NODEID"')
-        .replace("@@MASTER@@", '"$MASTER_ADDR"')
-        .replace("@@JOBID@@", '"$SLURM_JOB_ID"')
-    )
+    argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "localhost", shared)
+    # Each node's rank and the rendezvous host are known only inside the allocation: those two words are shell
+    # variables, placed by position (never by searching the quoted text, which holds user strings).
+    at_run_time = {argv.index("--node-rank") + 1: '"$SLURM_NODEID"', argv.index("--master-addr") + 1: '"$MASTER_ADDR"'}
+    inner = " ".join(at_run_time.get(i, shlex.quote(word)) for i, word in enumerate(argv))
     body = [
         "set -euo pipefail",
         f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
@@ -435,11 +432,11 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
         values.host_name(name, "inventory host")
         values.host_address(address, f"ansible_host of {name}")
     ckpt = checkpoint_dir(spec, shared)
-    if not (ckpt + "/").startswith(shared.rstrip("/") + "/"):
+    if ckpt.rstrip("/") == shared.rstrip("/") or not (ckpt + "/").startswith(shared.rstrip("/") + "/"):
         problems.append(
             Problem(
                 "checkpoint.directory",
-                f"checkpoint.directory={ckpt} is not under the shared directory {shared}",
+                f"checkpoint.directory={ckpt} is not a directory under the shared directory {shared}",
                 "every node must see the checkpoints: use a path under it (or a relative path)",
             )
         )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from megaprov.errors import EnvironmentProblem, UsageError
+from megaprov.values import VARIABLE
 
 STRATEGIES = ("linear", "free", "mitogen")
 KEEP_RUNS = 30
@@ -121,7 +122,7 @@ def search_path() -> str:
 UNSAFE_KEY = "__ansible_unsafe"
 
 
-def as_data(value: Any, where: str = "extra vars") -> Any:
+def as_data(value: Any, where: str = "extra vars", top: bool = True) -> Any:
     """``value`` with every string marked unsafe, so that Ansible never templates it. Pure.
 
     ansible-runner hands extra vars to ansible-playbook as JSON (``-e '{...}'``); Ansible's JSON decoder reads
@@ -133,13 +134,19 @@ def as_data(value: Any, where: str = "extra vars") -> Any:
         return {UNSAFE_KEY: value}
     if isinstance(value, dict):
         out: dict[str, Any] = {}
+        if top:  # ansible-runner writes top-level names into the JSON of -e unescaped
+            for key in value:
+                if not isinstance(key, str) or not VARIABLE.fullmatch(key):
+                    raise UsageError(f"{where}: {key!r:.60} is not a variable name", "use letters, digits and _ (not starting with a digit)")
         for key, item in value.items():
             if isinstance(key, str) and key.startswith("__ansible_"):
                 raise UsageError(f"{where}: key {key!r} is reserved by Ansible", "rename the variable")
-            out[str(key) if not isinstance(key, str) else key] = as_data(item, where)
+            out[str(key) if not isinstance(key, str) else key] = as_data(item, where, top=False)
         return out
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [as_data(item, where) for item in value]
+        return [as_data(item, where, top=False) for item in value]
+    if value is not None and not isinstance(value, (bool, int, float)):  # a date, bytes (!!binary): not JSON
+        raise UsageError(f"{where}: a value of type {type(value).__name__} cannot be passed to Ansible", "write it as a string")
     return value
 
 

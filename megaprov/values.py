@@ -43,6 +43,12 @@ HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9]
 POSIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# An Ansible variable name (a top-level extra var or group_vars key): ansible-runner pastes it into JSON unescaped.
+VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+SCOPE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")  # an IPv6 zone: an interface name (IFNAMSIZ 16) or its index
+# Template and expansion syntax: a path megaprov renders itself must mean the same to megaprov, Ansible and a shell.
+_TEMPLATE = re.compile(r"\{\{|\{%|\{#|\$|`")
+MAX_DEPTH = 32  # nesting of a YAML/JSON document from a user
 # #SBATCH lines are read by sbatch, not by a shell: no quoting exists there, so only plain words pass.
 SBATCH_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,+:-]{0,127}$")
 
@@ -65,6 +71,12 @@ class BadValue(UsageError):
 
 def _fail(field: str, value: Any, problem: str, fix: str) -> BadValue:
     return BadValue(field, value, problem, fix)
+
+
+def printable(value: str) -> str:
+    """``value`` for a terminal: as it is, or its repr when it holds control characters (an escape sequence in a
+    directory name must not repaint the operator's screen)."""
+    return value if _CONTROL.search(value) is None else repr(value)
 
 
 def control_character(value: str) -> str | None:
@@ -129,11 +141,14 @@ def host_address(value: Any, field: str = "ansible_host") -> str:
     shell). A name whose last label is all digits (``999.1.1.1``) is a mistyped IPv4 address, not a name."""
     if not isinstance(value, str) or not value:
         raise _fail(field, value, "is not an IP address or host name", "write an address such as 10.0.0.5 or a name such as node1.example.org")
+    address, _, scope = value.partition("%")
+    if scope and not SCOPE_ID.fullmatch(scope):  # fe80::1%eth0 only: ip_address() takes anything after the %
+        raise _fail(field, value, "has a zone that is not an interface name", "write fe80::1%eth0, or leave the zone out")
     try:
         return str(ipaddress.ip_address(value))
     except ValueError:
         pass
-    if HOST_NAME.fullmatch(value) and not value.rstrip(".").rsplit(".", 1)[-1].isdigit():
+    if not scope and HOST_NAME.fullmatch(value) and not value.rstrip(".").rsplit(".", 1)[-1].isdigit():
         return value
     raise _fail(field, value, "is not an IP address or host name", "write an address such as 10.0.0.5 or a name such as node1.example.org")
 
@@ -145,6 +160,8 @@ def absolute_path(value: Any, field: str) -> str:
         raise _fail(field, path, "is not an absolute path", "start it with /")
     if ".." in path.split("/"):
         raise _fail(field, path, "contains '..'", "write the path without '..'")
+    if _TEMPLATE.search(path):
+        raise _fail(field, path, "contains template or shell syntax ({{, {%, $ or `)", "write the path out literally")
     return "/" + posixpath.normpath(path).lstrip("/")
 
 
@@ -181,6 +198,64 @@ def inside(path: str, root: str) -> bool:
     """Whether normalised absolute ``path`` is ``root`` or below it (pure string test, no symlinks)."""
     root = root.rstrip("/") or "/"
     return root == "/" or path == root or path.startswith(root + "/")
+
+
+def variable_name(value: Any, field: str) -> str:
+    """A variable Ansible gets from megaprov (a top-level ``-e`` key, a group_vars/host_vars key)."""
+    if not isinstance(value, str) or not VARIABLE.fullmatch(value):
+        raise _fail(field, value, "is not a variable name", "use letters, digits and _ (not starting with a digit)")
+    return value
+
+
+def yaml_data(text: str, what: str) -> Any:
+    """A YAML document from a user's file, as plain data: anchors and aliases (an alias bomb expands a few lines
+    into gigabytes) and nesting deeper than MAX_DEPTH are refused before anything is built; a number Python will
+    not convert (over 4,300 digits) is a one-line error. YAML syntax errors propagate as ``yaml.YAMLError`` for the
+    caller to place. Pure."""
+    import yaml
+
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1 if event.start_mark else 0
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise UsageError(f"{what}:{line}: YAML anchors and aliases are not allowed here", "write the values out")
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise UsageError(f"{what}:{line}: nested deeper than {MAX_DEPTH} levels", "flatten the document")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+    try:
+        return yaml.safe_load(text)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{what}: a value cannot be read ({str(exc).splitlines()[0][:80]})", "write numbers with at most 4,300 digits") from None
+
+
+def json_data(text: str, what: str) -> Any:
+    """A JSON document from a file a user can write (job.json): nesting and huge numbers are one-line errors."""
+    import json
+
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:  # bracket depth outside strings, before json.loads recurses into it
+        if in_string:
+            escaped = not escaped and char == "\\"
+            if char == '"' and not escaped:
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    if deepest > MAX_DEPTH:
+        raise UsageError(f"{what}: nested deeper than {MAX_DEPTH} levels", "it is not a file megaprov wrote: remove it")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{what}: not valid JSON ({str(exc).splitlines()[0][:80]})", "it is not a file megaprov wrote: remove it") from None
 
 
 def bounded_int(value: Any, field: str, low: int, high: int) -> int:

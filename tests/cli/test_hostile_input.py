@@ -329,3 +329,98 @@ def test_data_prepare_checks_arguments_before_loading_torch(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"megaprov: error: --input {tmp_path} is a directory: pass JSONL files, one JSON object per line"
     assert time.monotonic() - start < 10
+
+
+# ---- found by an adversarial review after the first pass
+
+
+def test_extra_var_names_from_a_file_must_be_names(capsys, tmp_path):
+    # ansible-runner writes each top-level name into the JSON of -e as it is: a name holding '", "x": "{{...}}' would
+    # smuggle a templated variable past the unsafe marking
+    bad = tmp_path / "q.yml"
+    bad.write_text(yaml.safe_dump({f'zz": 1, "megaprov_lab": "{TOUCH}", "y': 1}))
+    usage(capsys, "bootstrap", inventory(tmp_path), "--check", "-e", f"@{bad}", needle="is not a variable name")
+    usage(capsys, "bootstrap", inventory(tmp_path), "--check", "-e", "ñ=1", needle="is not KEY=VALUE")
+
+
+def test_group_vars_names_must_be_names(capsys, tmp_path):
+    usage(capsys, "job", "check", spec(tmp_path), "-i", inventory(tmp_path, all_vars='"bad key": 1\n'), needle="is not a variable name")
+
+
+@pytest.mark.parametrize("address", ["fe80::1%eth0 -oProxyCommand=id", "fe80::1%$(id)", "::1%{{ x }}"])
+def test_an_ipv6_zone_is_an_interface_name(capsys, tmp_path, address):
+    usage(capsys, "job", "check", spec(tmp_path), "-i", inventory(tmp_path, hosts=f"n1 ansible_host='{address}'"), needle="zone")
+
+
+@pytest.mark.parametrize("shared", ["/shared/{{ lookup('pipe','id') }}", "/shared/{% raw %}x{% endraw %}", "/shared/$(id)", "/shared/`id`"])
+def test_a_shared_directory_means_the_same_everywhere(capsys, tmp_path, shared):
+    inv = inventory(tmp_path, all_vars=f"megaprov_shared_dir: {json.dumps(shared)}\n")
+    usage(capsys, "job", "check", spec(tmp_path), "-i", inv, needle="megaprov_shared_dir")
+
+
+def test_many_groups_sharing_children_load_fast(capsys, tmp_path):
+    sections = "".join(f"[g{i}:children]\n" + "".join(f"g{j}\n" for j in range(i + 1, min(i + 41, 400))) for i in range(399))
+    inv = inventory(tmp_path, extra=sections + "[g399]\nn1\n", all_vars="megaprov_gpu_expected: false\n")
+    code, _, err = run(capsys, "job", "check", spec(tmp_path), "-i", inv, budget=10)
+    assert code == 0, err
+
+
+def test_a_long_chain_of_children_is_no_internal_error(capsys, tmp_path):
+    sections = "".join(f"[g{i}:children]\ng{i + 1}\n" for i in range(3000)) + "[g3000]\nn1\n"
+    inv = inventory(tmp_path, extra=sections, all_vars="megaprov_gpu_expected: false\n")
+    code, _, err = run(capsys, "job", "check", spec(tmp_path), "-i", inv, budget=10)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("a: &a [1, 1, 1]\nb: &b [*a, *a, *a]\nc: [*b, *b, *b]\n", "anchors and aliases are not allowed"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than"),
+        ("a: " + "9" * 5000 + "\n", "cannot be read"),
+    ],
+)
+def test_vars_files_and_extra_vars_files_are_bounded(capsys, tmp_path, text, needle):
+    usage(capsys, "job", "check", spec(tmp_path), "-i", inventory(tmp_path, all_vars=text), needle=needle)
+    bad = tmp_path / "e.yml"
+    bad.write_text(text)
+    usage(capsys, "bootstrap", inventory(tmp_path), "--check", "-e", f"@{bad}", needle=needle)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"name": ' + "9" * 5000 + "}"])
+def test_a_hostile_job_json_shape_is_refused(capsys, tmp_path, text):
+    shared = tmp_path / "shared"
+    (shared / "jobs" / "evil").mkdir(parents=True)
+    (shared / "jobs" / "evil" / "job.json").write_text(text)
+    inv = inventory(tmp_path, extra=f"[all:vars]\nmegaprov_controller_shared_dir={shared}\n")
+    usage(capsys, "job", "logs", "evil", "-i", inv, needle="job.json")
+
+
+def test_a_huge_world_gets_its_batch_hint_at_once(capsys, tmp_path):
+    path = spec(tmp_path, train__micro_batch_size=1024, train__global_batch_size=1025)
+    code, _, err = run(capsys, "job", "check", path, "--nodes", "10000", "--gpus-per-node", "8", "--gpu", "H100-SXM")
+    assert code == ExitCode.USAGE and "use 81920000 " in err, err
+
+
+def test_the_job_marker_is_not_a_spec_variable(capsys, tmp_path):
+    usage(capsys, "job", "check", spec(tmp_path, launch__env={"MEGAPROV_JOB_UNIT": "megaprov-job-other.service"}), needle="set by megaprov itself")
+
+
+@pytest.mark.parametrize("content", ["x: !!binary aGVsbG8=\n", "__ansible_unsafe: 1\n"])
+def test_extra_vars_ansible_cannot_take_are_refused_before_a_run_directory_exists(capsys, tmp_path, content):
+    bad = tmp_path / "e.yml"
+    bad.write_text(content)
+    usage(capsys, "bootstrap", inventory(tmp_path), "--check", "-e", f"@{bad}")  # the fixture asserts no run directory
+
+
+def test_job_directories_are_printed_without_control_characters(capsys, tmp_path):
+    shared = tmp_path / "shared"
+    meta = dict(GOOD_META, name="ok")
+    (shared / "jobs" / "ok").mkdir(parents=True)
+    (shared / "jobs" / "ok" / "job.json").write_text(json.dumps(dict(meta, job_dir="/shared/jobs/ok", checkpoint_dir="/shared/checkpoints/ok")))
+    (shared / "jobs" / "Bad\x1b[31m").mkdir()
+    (shared / "jobs" / "Bad\x1b[31m" / "job.json").write_text(json.dumps(meta))
+    inv = inventory(tmp_path, extra=f"[all:vars]\nmegaprov_controller_shared_dir={shared}\n")
+    code, out, err = run(capsys, "jobs", "-i", inv)
+    assert code == 0, err
+    assert "\x1b" not in out and "ok:" in out

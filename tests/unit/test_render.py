@@ -189,7 +189,19 @@ def test_checkpoint_outside_the_shared_dir_is_refused():
     s = s.model_copy(update={"checkpoint": s.checkpoint.model_copy(update={"directory": "/local/ckpt"})})
     with pytest.raises(JobSpecError) as info:
         render.render(s, cluster_for(s, "/shared"), hosts(1))
-    assert "checkpoint.directory=/local/ckpt is not under the shared directory /shared" in str(info.value)
+    assert "checkpoint.directory=/local/ckpt is not a directory under the shared directory /shared" in str(info.value)
+    # the shared directory itself is no checkpoint directory either (job.json would name it, and be refused)
+    s = s.model_copy(update={"checkpoint": s.checkpoint.model_copy(update={"directory": "/shared"})})
+    with pytest.raises(JobSpecError, match="checkpoint.directory=/shared is not a directory under"):
+        render.render(s, cluster_for(s, "/shared"), hosts(1))
+
+
+def test_sbatch_placeholders_cannot_be_forged_by_user_strings():
+    s = spec("gpt-345m-1node")
+    launch = s.launch.model_copy(update={"launcher": "slurm", "extra_args": ["--wandb-project", "x@@MASTER@@y"]})
+    text = render.sbatch_script(s.model_copy(update={"launch": launch}), cluster_for(s))
+    assert "x@@MASTER@@y" in text and 'x"$MASTER_ADDR"y' not in text
+    assert '--node-rank "$SLURM_NODEID"' in text and '--master-addr "$MASTER_ADDR"' in text
 
 
 def test_too_few_nodes_in_the_inventory():
