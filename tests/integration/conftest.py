@@ -113,6 +113,7 @@ def readme_run(tmp_path_factory):
                 proc.kill()
             if burner is not None:
                 burner.kill()
+                burner.wait()
     output = log_path.read_text()
     inventory = clone / "inventories" / "lab" / README_LAB / "inventory.ini"
     try:
