@@ -353,8 +353,9 @@ def _script(spec: JobSpec, host: str, rank: int, nodes: int, env: dict[str, str]
         "rc=$?",
         'if [ "$stopping" = 1 ]; then wait $child; rc=143; fi',
         "# Nothing of the job outlives torchrun: the unit restarts RestartSec after a failure, not after TimeoutStopSec.",
+        "# (On a stop, the unit's ExecStop waits for this script and reaps after it: it is in the group, left alone here.)",
         *REAP_FUNCTION.splitlines(),
-        f'reap_job "${{{JOB_MARKER}:-}}"',
+        f'if [ "$stopping" != 1 ]; then reap_job "${{{JOB_MARKER}:-}}"; fi',
         f'echo "{EXIT_LINE.format(host=host, rank=rank)}"',
         "exit $rc",
     ]

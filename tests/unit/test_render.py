@@ -4,6 +4,7 @@ arguments checked by torch's parser, and scripts checked by bash."""
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,28 @@ def test_the_node_script_leaves_nothing_of_the_job_when_torchrun_is_killed(tmp_p
         assert out.stdout.rstrip().splitlines()[-1].startswith("megaprov: node node00 (node rank 0): torchrun exited with 137")
     finally:
         subprocess.run(["kill", "-9", str(rank)], capture_output=True)
+
+
+def test_a_stopped_node_script_leaves_the_reaping_to_execstop(tmp_path):
+    # On `systemctl stop` the unit's ExecStop (a marked process of the same unit) sends SIGTERM and waits for the
+    # node script; the node script must not kill it (ExecStop reaps after the node script exited).
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/bash\ntrap 'exit 143' TERM\nwhile :; do sleep 0.1; done\n")
+    fake.chmod(0o755)
+    s = spec("lab-tiny").model_copy(update={"launch": spec("lab-tiny").launch.model_copy(update={"python": str(fake)})})
+    shared = tmp_path / "shared"
+    (shared / "jobs" / s.name).mkdir(parents=True)
+    script = tmp_path / "node00.sh"
+    script.write_text(render.render(s, cluster_for(s, str(shared)), hosts(2)).nodes[0].script)
+    env = {**os.environ, "MEGAPROV_JOB_UNIT": f"megaprov-job-stop-{os.getpid()}.service"}
+    stopper = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+    node = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        node.terminate()
+        out, _ = node.communicate(timeout=30)
+        assert node.returncode == 143, out
+        assert "killing" not in out and stopper.poll() is None, "the node script killed its unit's ExecStop"
+    finally:
+        stopper.kill()
+        node.kill()
