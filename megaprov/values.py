@@ -103,37 +103,34 @@ def text(value: Any, field: str, max_len: int = MAX_TEXT, empty: bool = True) ->
     return value
 
 
+def _matching(value: Any, field: str, pattern: re.Pattern[str], what: str, fix: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise _fail(field, value, f"is not {what}", fix)
+    return value
+
+
 def job_name(value: Any, field: str = "job name") -> str:
     """A job name: directory, unit and Slurm job name (``JOB_NAME``); never a path."""
-    if not isinstance(value, str) or not JOB_NAME.fullmatch(value):
-        raise _fail(field, value, "is not a job name", JOB_NAME_HINT)
-    return value
+    return _matching(value, field, JOB_NAME, "a job name", JOB_NAME_HINT)
 
 
 def identifier(value: Any, field: str) -> str:
     """A name made of letters, digits and ``_`` that does not start with a digit (a JSON key, a file suffix)."""
-    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
-        raise _fail(field, value, "is not an identifier", "use letters, digits and _ (at most 64, not starting with a digit)")
-    return value
+    return _matching(value, field, IDENTIFIER, "an identifier", "use letters, digits and _ (at most 64, not starting with a digit)")
 
 
 def env_name(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not ENV_NAME.fullmatch(value):
-        raise _fail(field, value, "is not an environment variable name", "use letters, digits and _, not starting with a digit")
-    return value
+    return _matching(value, field, ENV_NAME, "an environment variable name", "use letters, digits and _, not starting with a digit")
 
 
 def posix_user(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not POSIX_USER.fullmatch(value):
-        raise _fail(field, value, "is not a user name", "use lower-case letters, digits, _ and - (at most 32, not starting with a digit or -)")
-    return value
+    fix = "use lower-case letters, digits, _ and - (at most 32, not starting with a digit or -)"
+    return _matching(value, field, POSIX_USER, "a user name", fix)
 
 
 def host_name(value: Any, field: str) -> str:
     """An inventory host name: it goes into /etc/hosts, unit descriptions and log file names."""
-    if not isinstance(value, str) or not HOST_NAME.fullmatch(value):
-        raise _fail(field, value, "is not a valid host name", "use letters, digits, dots and dashes")
-    return value
+    return _matching(value, field, HOST_NAME, "a valid host name", "use letters, digits, dots and dashes")
 
 
 def host_address(value: Any, field: str = "ansible_host") -> str:
@@ -202,9 +199,7 @@ def inside(path: str, root: str) -> bool:
 
 def variable_name(value: Any, field: str) -> str:
     """A variable Ansible gets from megaprov (a top-level ``-e`` key, a group_vars/host_vars key)."""
-    if not isinstance(value, str) or not VARIABLE.fullmatch(value):
-        raise _fail(field, value, "is not a variable name", "use letters, digits and _ (not starting with a digit)")
-    return value
+    return _matching(value, field, VARIABLE, "a variable name", "use letters, digits and _ (not starting with a digit)")
 
 
 def yaml_data(text: str, what: str) -> Any:
