@@ -255,7 +255,7 @@ def divisors(n: int) -> list[int]:
 
 
 def _choices(values: list[int], limit: int = 8) -> str:
-    values = values[:limit]
+    values = values[:limit] or [1]  # nothing larger divides (a sequence of 1 token has no context parallelism): 1
     if len(values) == 1:
         return str(values[0])
     return ", ".join(str(v) for v in values[:-1]) + f" or {values[-1]}"

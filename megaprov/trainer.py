@@ -41,6 +41,13 @@ STRAGGLER_INTERVAL = 10  # iterations per per-rank compute-time line
 GEMM_SIZE = 1024  # the start-up GEMM: the size the preflight role measures CPU nodes with
 
 
+def say(line: str) -> None:
+    """One log line in one write: with several ranks on a node sharing one unbuffered stdout (PYTHONUNBUFFERED),
+    print() writes the text and the newline separately, and another rank's line can land between them."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
     """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP (as megaprov's planner)."""
     multiple = divisible_by * tp
@@ -335,10 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"megaprov.trainer: global batch {gbs} is not a multiple of micro batch {micro} x data parallel {dp}")
     accumulation = gbs // (micro * dp)
     if ignored and rank == 0:
-        print(f"megaprov.trainer: not implemented on CPU, ignored: {' '.join(a for a in ignored if a.startswith('--'))}", flush=True)
+        say(f"megaprov.trainer: not implemented on CPU, ignored: {' '.join(a for a in ignored if a.startswith('--'))}")
 
     # This rank's GEMM rate now, against the node's stored rate: a node throttled since it was built shows here.
-    print(compute_line(rank, gemm_rate(), GEMM_SIZE, torch.get_num_threads()), flush=True)
+    say(compute_line(rank, gemm_rate(), GEMM_SIZE, torch.get_num_threads()))
 
     torch.manual_seed(args.seed)
     tokenizer = NullTokenizer(vocab_size=args.vocab_size or 256)
@@ -391,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_rng_state(state["rng"])
         consumed = state["consumed_samples"]
         if rank == 0:
-            print(f"  successfully loaded checkpoint from {args.load} [ t {tp_rank + 1}/{tp}, p 1/1 ] at iteration {iteration}", flush=True)
+            say(f"  successfully loaded checkpoint from {args.load} [ t {tp_rank + 1}/{tp}, p 1/1 ] at iteration {iteration}")
 
     samples = args.train_iters * gbs
     data_config = GPTDatasetConfig(
@@ -471,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         window["seconds"] += seconds
         if iteration % args.log_interval == 0 and last:
             per_iter = window["seconds"] / window["count"]
-            print(
+            say(
                 log_line(
                     iteration,
                     args.train_iters,
@@ -484,8 +491,7 @@ def main(argv: list[str] | None = None) -> int:
                     grad_norm,
                     skipped,
                     nan_iters,
-                ),
-                flush=True,
+                )
             )
         if iteration % args.log_interval == 0:
             window = {"loss": 0.0, "count": 0, "seconds": 0.0}
@@ -503,13 +509,13 @@ def main(argv: list[str] | None = None) -> int:
         straggler["count"] += 1
         if iteration % STRAGGLER_INTERVAL == 0 or iteration == args.train_iters:
             n = straggler["count"]
-            print(straggler_line(rank, int(straggler["first"]), iteration, 1000 * straggler["compute"] / n, 1000 * straggler["wait"] / n), flush=True)
+            say(straggler_line(rank, int(straggler["first"]), iteration, 1000 * straggler["compute"] / n, 1000 * straggler["wait"] / n))
             straggler = {"compute": 0.0, "wait": 0.0, "count": 0, "first": iteration + 1}
         if args.save and (stopping or (args.save_interval and (iteration % args.save_interval == 0 or iteration == args.train_iters))):
             save(args, iteration, consumed, model, optimizer, scheduler, tp_rank, dp_rank, rank, tp)
         if stopping:
             if rank == 0:
-                print(f"[{datetime.now():%Y-%m-%d %H:%M:%S}] exiting program after receiving SIGTERM.", flush=True)
+                say(f"[{datetime.now():%Y-%m-%d %H:%M:%S}] exiting program after receiving SIGTERM.")
             break
     dist.barrier()
     dist.destroy_process_group()
@@ -552,10 +558,9 @@ def save(
     dist.barrier()
     if rank == 0:
         write_marker(args.save, iteration)
-        print(
+        say(
             f"  [{datetime.now().strftime(LOG_TIME)}] successfully saved checkpoint from iteration {iteration:7d} to {args.save} "
-            f"[ t {tp_rank + 1}/{tp}, p 1/1 ]",
-            flush=True,
+            f"[ t {tp_rank + 1}/{tp}, p 1/1 ]"
         )
     dist.barrier()
 
