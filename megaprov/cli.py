@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -42,11 +41,11 @@ class Outcome:
 
 
 def _extravars(values: list[str]) -> dict[str, Any]:
+    from megaprov import values as typed
+
     out: dict[str, Any] = {}
     for raw in values:
         if raw.startswith("@"):
-            from megaprov import values as typed
-
             path = Path(raw[1:])
             if not path.exists() and not path.is_symlink():
                 raise UsageError(f"-e {raw}: file {path} does not exist", "pass -e @FILE with an existing YAML file")
@@ -57,12 +56,10 @@ def _extravars(values: list[str]) -> dict[str, Any]:
                 raise UsageError(f"-e {raw}: invalid YAML ({exc.__class__.__name__})", "fix the file's YAML syntax") from None
             if not isinstance(data, dict):
                 raise UsageError(f"-e {raw}: must hold a mapping of name: value", "write name: value lines")
-            for name in data:  # ansible-runner writes each name into JSON as it is
-                typed.variable_name(name, f"-e {raw}: variable")
-            out.update(data)
+            out.update(data)  # names and values are checked with every other -e (provision.prepare)
             continue
         key, sep, value = raw.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
+        if not sep or not typed.VARIABLE.fullmatch(key):
             raise UsageError(f"-e {raw!r} is not KEY=VALUE", "write -e name=value (or -e @vars.yml)")
         try:
             out[key] = yaml.safe_load(value) if value else ""
@@ -273,10 +270,9 @@ def _cmd_job(args: argparse.Namespace) -> Outcome:
 def _cmd_plan(args: argparse.Namespace) -> Outcome:
     import time
 
-    from megaprov import jobview, planner, rates
+    from megaprov import jobview, planner
 
     spec, found, _ = _spec_and_cluster(args, args.job)
-    found = rates.with_rates(found, args.inventory)  # measured GEMM rates from the fact cache, where bootstrap left them
     mfu = args.mfu or planner.default_mfu(found)
     if args.suggest:
         start = time.perf_counter()
@@ -302,7 +298,7 @@ def _cmd_plan(args: argparse.Namespace) -> Outcome:
 def _cmd_train(args: argparse.Namespace) -> Outcome:
     import time
 
-    from megaprov import jobs, jobview, launch, planner, rates, render
+    from megaprov import jobs, jobview, launch, planner, render
     from megaprov.jobspec import NAME_PATTERN
 
     since = time.time()
@@ -327,7 +323,6 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
         spec = spec.model_copy(update={"name": args.name})
     found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu))
     launch.check(spec, text, spec_path, found.world, found.gpus_per_node)
-    found = rates.with_rates(found, args.inventory)
     planned = planner.plan(spec, found)
     if planned.fits is False:
         fixes = "; ".join(f.render() for f in planned.fixes) or "run megaprov plan --suggest"

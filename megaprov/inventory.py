@@ -26,7 +26,7 @@ REQUIRED_GROUPS = ("head", "gpu_nodes")
 _HOSTNAME_RE = values.HOST_NAME
 _GROUP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RANGE_RE = re.compile(r"\[([0-9]+|[a-z]):([0-9]+|[a-z])\]")
-_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VAR_RE = values.VARIABLE
 _SECTION_RE = re.compile(r"^\[([^\]]*)\]\s*(?:#.*)?$")  # a trailing comment is allowed, as in Ansible
 _COMMENT_RE = re.compile(r"\s+#.*$")
 # Variables megaprov renders itself (scripts, units, paths), typed beyond their argument spec.
@@ -344,11 +344,12 @@ def all_specs(roles_dir: Path) -> tuple[dict[str, dict[str, Any]], set[str]]:
     return specs, prefixes
 
 
-def typed_problem(name: str, value: Any, typed: bool = True) -> values.BadValue | None:
+def typed_problem(name: str, value: Any, typed: bool = True, tree: bool = True) -> values.BadValue | None:
     """Why a variable megaprov renders itself (``TYPED_VARS``), or any string in any variable, is unsafe, or None.
     Control characters are refused everywhere: a newline in a value becomes a line of a script or a unit."""
     try:
-        values.check_tree(value, name)
+        if tree:
+            values.check_tree(value, name)
         if typed and name in TYPED_VARS:
             TYPED_VARS[name](value, name)
     except values.BadValue as bad:
@@ -360,11 +361,10 @@ def validate_vars(variables: dict[str, Any], source: str, specs: dict[str, dict[
     for name, value in variables.items():
         if not isinstance(name, str) or not values.VARIABLE.fullmatch(name):
             raise InventoryError(f"{source}: {values.shown(name)} is not a variable name", "use letters, digits and _ (not starting with a digit)")
-        bad = typed_problem(str(name), value, typed=False)
-        if bad is not None:
-            raise InventoryError(f"{source}: {bad.message}", bad.hint)
-        _check_spec(str(name), value, source, specs, role_prefixes)
-        bad = typed_problem(str(name), value)
+        bad = typed_problem(name, value, typed=False)  # control characters first: spec messages print the value
+        if bad is None:
+            _check_spec(name, value, source, specs, role_prefixes)
+            bad = typed_problem(name, value, tree=False)
         if bad is not None:
             raise InventoryError(f"{source}: {bad.message}", bad.hint)
 

@@ -32,6 +32,9 @@ class JobMeta:
     unit: str  # derived from the name, never read from the file
     state: str
     started: str | None
+    nodes: int  # the cluster shape the job was planned for
+    gpus_per_node: int
+    gpu: str
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -74,7 +77,10 @@ def parse(text: str, where: str, name: str) -> JobMeta:
     started = data.get("started")
     if started is not None:
         _check(values.text, started, f"{where}: started", 64)
-    return JobMeta(name, tuple(hosts), shared, job_dir, checkpoint, render.unit_name(name), state, started, data)
+    nodes = _check(values.bounded_int, data.get("nodes", len(hosts)), f"{where}: nodes", 1, values.MAX_HOSTS)
+    gpus_per_node = _check(values.bounded_int, data.get("gpus_per_node", 1), f"{where}: gpus_per_node", 1, 64)
+    gpu = _check(values.model_name, data.get("gpu", "cpu"), f"{where}: gpu")
+    return JobMeta(name, tuple(hosts), shared, job_dir, checkpoint, render.unit_name(name), state, started, nodes, gpus_per_node, gpu, data)
 
 
 def load(path: Path, name: str) -> JobMeta:

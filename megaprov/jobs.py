@@ -229,7 +229,7 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
         "Type=simple",
         "User=" + values.systemd_value(values.posix_user(user, "megaprov_cluster_user"), "User"),
         "Group=" + values.systemd_value(user, "Group"),
-        "Environment=" + values.systemd_exec_arg(f"{JOB_MARKER}={job.unit}", "Environment"),
+        "Environment=" + values.systemd_value(f"{JOB_MARKER}={job.unit}", "Environment"),  # the unit name is a job name: no spaces
         "WorkingDirectory=" + values.systemd_value(job.job_dir, "WorkingDirectory"),
         "ExecStart=" + values.systemd_exec_line(["/bin/bash", f"{job.job_dir}/launch/{host}.sh"]),
         # $MAINPID is systemd's: the node script's PID while it runs, empty after it exited.
@@ -543,13 +543,13 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
     state is read, a job that is still "starting"/"running" in job.json but whose logs show every node's torchrun
     exited 0 at the last iteration gets its verdict and report now; with ``units`` (from ``job_status.yml``), a job
     whose units all gave up is judged failed. Returns whether a verdict was written."""
-    from megaprov import launch, planner, rates
+    from megaprov import launch, planner
 
     meta_path = job.local_dir / "job.json"
     if (job.local_dir / "report.json").is_file() or not meta_path.is_file():
         return False
-    meta = json.loads(meta_path.read_text())
-    if meta.get("state") not in ("starting", "running"):
+    meta = jobmeta.load(meta_path, job.name)
+    if meta.state not in ("starting", "running"):
         return False
     spec, _ = launch.read(str(job.local_dir / "spec.yml"))
     log = read_log(job, spec.model.seq_length)
@@ -563,8 +563,6 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
         outcome = Outcome("failed", log, f"torchrun ended on {failed} and the units gave up")
     else:
         return False
-    shape = launch.Shape(int(meta.get("nodes") or len(job.hosts)), int(meta.get("gpus_per_node") or 1), str(meta.get("gpu") or "cpu"))
-    found, _ = launch.cluster(spec, str(job.inventory), shape)
-    found = rates.with_rates(found, str(job.inventory))
+    found, _ = launch.cluster(spec, str(job.inventory), launch.Shape(meta.nodes, meta.gpus_per_node, meta.gpu))
     conclude(job, spec, planner.plan(spec, found), outcome, found.gpu.name != "cpu", {"judged_after_the_run": True})
     return True

@@ -235,10 +235,10 @@ def render_verdict(judged: Verdict, report: dict[str, Any], paths: dict[str, Pat
 
 
 def job_status(job: Job, units: dict[str, dict[str, str]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    from megaprov import jobs, launch
+    from megaprov import jobmeta, jobs, launch
 
     jobs.settle(job, units)  # a job that ended while nobody followed it gets its verdict now
-    meta = json.loads((job.local_dir / "job.json").read_text())
+    meta = jobmeta.load(job.local_dir / "job.json", job.name).raw  # checked: the cluster user can write it
     spec, _ = launch.read(str(job.local_dir / "spec.yml"))
     log = jobs.read_log(job, spec.model.seq_length)
     last = log.iterations.get(log.furthest)

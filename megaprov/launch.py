@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from megaprov import inventory as inv
-from megaprov import jobspec, planner, render
+from megaprov import jobspec, planner, rates, render
 from megaprov.errors import UsageError
 from megaprov.jobspec import JobSpec, JobSpecError
 from megaprov.paths import project_root
@@ -56,7 +56,9 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
     gpn = shape.gpus_per_node or (gpn_var if gpu_expected and gpn_var else spec.launch.gpus_per_node)
     nodes = shape.nodes or spec.launch.nodes
     shared = str(found.host_var(first, "megaprov_shared_dir", "/shared"))
-    return planner.Cluster(nodes, gpn, gpu, shared, tuple(n for n, _ in hosts)), hosts
+    # The nodes' measured GEMM rates, where bootstrap or preflight recorded them: the plan's estimate rests on them.
+    found_cluster = planner.Cluster(nodes, gpn, gpu, shared, tuple(n for n, _ in hosts))
+    return rates.with_rates(found_cluster, inventory_path), hosts
 
 
 def check(spec: JobSpec, text: str, source: str, world: int | None, gpus_per_node: int | None) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import json
 import posixpath
-import re
 import shlex
 from dataclasses import dataclass
 from functools import cache
@@ -381,9 +380,6 @@ def _is_number(text: str) -> bool:
     return True
 
 
-SBATCH_PATH = re.compile(r"^/[A-Za-z0-9_./+-]{0,1000}$")
-
-
 def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None = None) -> str:
     """An sbatch script: one torchrun per node through srun, rendezvous on the first node of the allocation."""
     shared = cluster.shared_dir
@@ -398,8 +394,7 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
     if cluster.gpu.name != "cpu":
         head.append(f"#SBATCH --gpus-per-node={cluster.gpus_per_node}")
     # #SBATCH lines are read by sbatch, which quotes nothing: only plain words and plain paths go there.
-    if not SBATCH_PATH.fullmatch(jdir):
-        raise values.BadValue("the job directory", jdir, "cannot go on an #SBATCH line", "use a shared directory of letters, digits and /._-")
+    values.sbatch_path(jdir, "the job directory")
     head += ["#SBATCH --exclusive", f"#SBATCH --output={jdir}/slurm-%j.out", "#SBATCH --requeue", "#SBATCH --signal=TERM@120"]
     for key, value in (("partition", s.partition), ("account", s.account), ("time", s.time), ("qos", s.qos)):
         if value:

@@ -51,6 +51,7 @@ _TEMPLATE = re.compile(r"\{\{|\{%|\{#|\$|`")
 MAX_DEPTH = 32  # nesting of a YAML/JSON document from a user
 # #SBATCH lines are read by sbatch, not by a shell: no quoting exists there, so only plain words pass.
 SBATCH_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,+:-]{0,127}$")
+SBATCH_PATH = re.compile(r"^/[A-Za-z0-9_./+-]{0,1000}$")
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -117,6 +118,14 @@ def job_name(value: Any, field: str = "job name") -> str:
 def identifier(value: Any, field: str) -> str:
     """A name made of letters, digits and ``_`` that does not start with a digit (a JSON key, a file suffix)."""
     return _matching(value, field, IDENTIFIER, "an identifier", "use letters, digits and _ (at most 64, not starting with a digit)")
+
+
+GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def model_name(value: Any, field: str) -> str:
+    """A model or product name (a GPU model such as H100-SXM): letters, digits, ``_.-``."""
+    return _matching(value, field, GPU_MODEL, "a model name", "use letters, digits and _.- (e.g. H100-SXM)")
 
 
 def env_name(value: Any, field: str) -> str:
@@ -325,6 +334,11 @@ def sbatch_value(value: Any, field: str) -> str:
     if not isinstance(value, str) or not SBATCH_WORD.fullmatch(value):
         raise _fail(field, value, "is not a plain Slurm name", "use letters, digits and _.,+:- (at most 128), as sinfo/sacctmgr show them")
     return value
+
+
+def sbatch_path(value: Any, field: str) -> str:
+    """An absolute path for an ``#SBATCH`` line (``--output=``): plain path characters only, as for sbatch_value."""
+    return _matching(value, field, SBATCH_PATH, "a path that can go on an #SBATCH line", "use a shared directory of letters, digits and /._-")
 
 
 # ---- files read from users

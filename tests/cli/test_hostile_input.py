@@ -102,6 +102,9 @@ GOOD_META = {"name": "evil", "hosts": ["n1"], "shared_dir": "/shared", "job_dir"
         ({"job_dir": "/shared/jobs/../../etc"}, "job_dir="),
         ({"checkpoint_dir": "/etc"}, "checkpoint_dir='/etc' is not inside /shared"),
         ({"shared_dir": "/shared\ntouch /x"}, "control character"),
+        ({"nodes": 10**30}, "nodes="),
+        ({"gpus_per_node": "8; touch /x"}, "gpus_per_node="),
+        ({"gpu": "H100$(touch /x)"}, "gpu="),
     ],
 )
 @pytest.mark.parametrize("action", ["status", "stop", "logs"])
