@@ -122,12 +122,14 @@ def test_a_killed_rank_restarts_and_resumes_from_the_last_checkpoint(cluster, tm
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 25:
+            # Just past the save at 20: the kill (podman exec, about a second later; 3-5 iterations on a quiet machine)
+            # lands well before the save at 30, so the run must lose fewer than the 10 iterations of a save interval.
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 22:
                 break
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
         else:
-            pytest.fail("the job never reached iteration 25")
+            pytest.fail("the job never reached iteration 22")
         # As the kernel's OOM killer would: the rank AND its torchrun agent (the pattern matches both command lines).
         node2 = cluster["nodes"][1]["container"]
         killed = podman_exec(node2, "pkill", "-9", "-f", "megaprov.trainer")
