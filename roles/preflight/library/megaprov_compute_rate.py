@@ -28,7 +28,7 @@ options:
 RETURN = r"""
 measured: {description: False when there is no training interpreter yet (nothing measured, nothing stored)., type: bool, returned: always}
 fresh: {description: This run's measurement., type: dict, returned: when measured}
-stored: {description: The rate the fact file holds after this run., type: dict, returned: when measured}
+stored: {description: The rate the fact file holds after this run (null in check mode on a node with none)., type: dict, returned: when measured}
 ratio: {description: Fresh per-device rate over the stored one., type: float, returned: when measured}
 summary: {description: One line for the report., type: str, returned: always}
 warning: {description: The fresh rate is far below the stored one (empty when not)., type: str, returned: always}
@@ -212,9 +212,11 @@ def main():
     keep, changed, ratio, warning = decide(stored, fresh, p["refresh"], p["warn_below"])
     if changed and not module.check_mode:
         store(module, p["facts_path"], keep)
+    # In check mode the file keeps what it held: the controller must not record a rate the node does not hold.
+    held = stored if module.check_mode else keep
     summary = "%s; this run %s (%.2f x)" % (describe(keep), rate_text(fresh["tflops_per_device"]), ratio)
-    module.exit_json(changed=changed, measured=True, fresh=fresh, stored=keep, ratio=ratio, summary=summary, warning=warning,
-                     ansible_facts={"megaprov_compute": keep})
+    module.exit_json(changed=changed, measured=True, fresh=fresh, stored=held, ratio=ratio, summary=summary, warning=warning,
+                     ansible_facts={"megaprov_compute": held} if held else {})
 
 
 if __name__ == "__main__":
