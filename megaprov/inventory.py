@@ -13,13 +13,14 @@ import functools
 import ipaddress
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
-from megaprov import values
+from megaprov import compat, values
 from megaprov.errors import InventoryError, UsageError
 
 REQUIRED_GROUPS = ("head", "gpu_nodes")
@@ -441,31 +442,46 @@ def _role_default(roles_dir: Path, role: str, name: str) -> Any:
     return _role_defaults(roles_dir / role / "defaults" / "main.yml").get(name)
 
 
+def _plain(value: Any) -> str | None:
+    """A setting as the compatibility table reads it; None when unset or a Jinja expression: megaprov cannot
+    evaluate those before it connects, so the checks that need the value are skipped (the roles check it on the node)."""
+    if value is None or (isinstance(value, str) and ("{{" in value or "{%" in value)):
+        return None
+    return str(value).strip()
+
+
+def _stack(inventory: Inventory, host: str, var: Callable[[str, str], Any]) -> compat.Stack:
+    """One gpu_nodes host's GPU-stack settings (inventory value, else the role default) for :func:`compat.problems`."""
+    open_modules = _plain(var(host, "nvidia_driver_open"))
+    return compat.Stack(
+        branch=_plain(var(host, "nvidia_driver_branch")),
+        cuda=_plain(var(host, "cuda_version")),
+        toolkit=var(host, "cuda_method") != "none",
+        torch=_plain(var(host, "pytorch_version")),
+        # Only an explicit setting: the role's default derives the tag from the table, as compat.derive_tag does.
+        tag=_plain(inventory.host_var(host, "pytorch_cuda_tag")),
+        torch_cuda=var(host, "pytorch_build") != "cpu",
+        gpu_model=_plain(inventory.host_var(host, "megaprov_gpu_model")) or None,
+        open_modules=None if open_modules is None or open_modules.lower() not in _TRUE | _FALSE else as_bool(open_modules),
+        driver_installed_by_megaprov=var(host, "nvidia_driver_method") != "preinstalled",
+    )
+
+
 def gpu_stack_checks(inventory: Inventory, roles_dir: Path) -> None:
     """GPU-stack settings that only make sense together; raised before any host is contacted."""
     path = inventory.path
-    table_file = roles_dir / "cuda" / "vars" / "main.yml"
-    table = (yaml.safe_load(table_file.read_text(encoding="utf-8")) or {}).get("cuda_min_driver_branch", {}) if table_file.is_file() else {}
 
     def var(host: str, name: str) -> Any:
         role = next((r for r in ("nvidia_driver", "cuda", "nccl", "pytorch", "apex", "megatron") if name.startswith(r + "_")), "")
         return inventory.host_var(host, name, _role_default(roles_dir, role, name) if role else None)
 
+    checked: dict[compat.Stack, list[compat.Problem]] = {}  # thousands of hosts share a few stacks
     for host in inventory.hosts_of("gpu_nodes"):
-        cuda, branch, method = str(var(host, "cuda_version")), str(var(host, "nvidia_driver_branch")), var(host, "cuda_method")
-        if "{{" in cuda + branch:
-            continue
-        if table and method != "none":
-            if cuda not in table:
-                raise InventoryError(
-                    f"{path}: cuda_version={cuda} (host {host}) is not a CUDA toolkit release megaprov knows", f"use one of {', '.join(table)}"
-                )
-            if not branch.isdigit() or int(branch) < int(table[cuda]):
-                raise InventoryError(
-                    f"{path}: nvidia_driver_branch={branch} (host {host}) is too old for cuda_version={cuda}, "
-                    f"which needs driver branch >= {table[cuda]}",
-                    f'set nvidia_driver_branch: "{table[cuda]}" or newer, or a lower cuda_version',
-                )
+        stack = _stack(inventory, host, var)
+        if stack not in checked:
+            checked[stack] = compat.problems(stack)
+        for problem in checked[stack][:1]:
+            raise InventoryError(f"{path}: {problem.variable}={problem.value} (host {host}) {problem.text}", problem.hint)
         megatron, core = str(var(host, "megatron_version")), inventory.host_var(host, "megatron_core_version")
         if core is not None and "{{" not in str(core) and megatron.removeprefix("core_v") != str(core):
             raise InventoryError(

@@ -172,6 +172,33 @@ def test_storage_settings_are_checked_before_connecting(tmp_path, extra, message
             "nvidia_driver_branch=535 (host gpu01) is too old for cuda_version=12.4, which needs driver branch >= 550",
         ),
         ("cuda_version: '12.7'\n", "cuda_version=12.7 (host gpu01) is not a CUDA toolkit release"),
+        # The old defaults (driver 550, CUDA 12.4) with torch 2.13: cu124 ends at torch 2.6 (megaprov/compat.yml).
+        (
+            "nvidia_driver_branch: '550'\ncuda_version: '12.4'\n",
+            "pytorch_version=2.13.0 (host gpu01) has no CUDA 12 build for cuda_version=12.4 (torch 2.13 is built for CUDA 12.6, 13.0, 13.2",
+        ),
+        (
+            "nvidia_driver_branch: '550'\ncuda_version: '13.0'\n",
+            "nvidia_driver_branch=550 (host gpu01) is too old for cuda_version=13.0, which needs driver branch >= 580",
+        ),
+        # No toolkit on the nodes, but torch's CUDA 13 wheels still need a CUDA 13 driver (torch saw 0 GPUs on 550).
+        (
+            "cuda_method: none\nnvidia_driver_branch: '550'\n",
+            "nvidia_driver_branch=550 (host gpu01) is too old for torch 2.13.0 cu130 (CUDA 13 wheels need driver branch >= 580)",
+        ),
+        (
+            "pytorch_cuda_tag: cu124\n",
+            "pytorch_cuda_tag=cu124 (host gpu01) is not a build of torch 2.13 (download.pytorch.org has cu126, cu130, cu132)",
+        ),
+        (
+            "megaprov_gpu_model: B200\nnvidia_driver_branch: '560'\ncuda_version: '12.6'\n",
+            "nvidia_driver_branch=560 (host gpu01) is too old for megaprov_gpu_model=B200 (Blackwell), which needs driver branch >= 570",
+        ),
+        (
+            "megaprov_gpu_model: B200\nnvidia_driver_open: false\n",
+            "nvidia_driver_open=false (host gpu01) but megaprov_gpu_model=B200 (Blackwell) runs only with NVIDIA's open kernel modules: "
+            "set nvidia_driver_open: true",
+        ),
         ("nvidia_driver_method: runfile\n", "nvidia_driver_method='runfile' must be one of cuda_repo, distro, preinstalled"),
         ("megatron_core_version: '0.15.0'\n", "megatron_core_version=0.15.0 (host gpu01) does not match megatron_version=core_v0.16.1"),
         ("pytorch_source: wheelhouse\n", "pytorch_source=wheelhouse (host gpu01) but pytorch_wheelhouse is unset"),
@@ -201,9 +228,20 @@ def test_gpu_stack_settings_that_fit_pass(tmp_path):
         pytorch_wheelhouse: /shared/wheels
         """
     inventory = load(write(tmp_path, GOOD, {"gpu_nodes.yml": offline}))
-    assert inventory.host_var("gpu01", "cuda_version") == "12.8"
-    # CUDA not installed at all: the driver branch does not matter.
-    load(write(tmp_path, GOOD, {"gpu_nodes.yml": "cuda_method: none\nnvidia_driver_branch: '470'\n"}))
+    assert inventory.host_var("gpu01", "cuda_version") == "12.8"  # torch 2.13's cu126 under nvcc 12.8: same major
+    # Neither the toolkit nor a CUDA torch build: the driver branch does not matter.
+    load(write(tmp_path, GOOD, {"gpu_nodes.yml": "cuda_method: none\npytorch_build: cpu\nnvidia_driver_branch: '470'\n"}))
+    # The defaults (driver 580, CUDA 13.0, torch 2.13.0 cu130) on the generations that need the most.
+    for model in ("B200", "GB200", "GH200", "H100-SXM", "A100-80GB"):
+        load(write(tmp_path, GOOD, {"gpu_nodes.yml": f"megaprov_gpu_model: {model}\n"}))
+
+
+def test_templated_gpu_stack_values_skip_only_their_checks(tmp_path):
+    # megaprov cannot evaluate a Jinja expression before it connects: the checks that need it are left to the roles.
+    load(write(tmp_path, GOOD, {"gpu_nodes.yml": "cuda_version: \"{{ site_cuda }}\"\nnvidia_driver_branch: '550'\n"}))
+    load(write(tmp_path, GOOD, {"gpu_nodes.yml": "nvidia_driver_branch: \"{{ site_branch }}\"\ncuda_version: '13.0'\n"}))
+    with pytest.raises(InventoryError, match="pytorch_cuda_tag=cu124 .host gpu01. is not a build of torch 2.13"):
+        load(write(tmp_path, GOOD, {"gpu_nodes.yml": 'nvidia_driver_branch: "{{ site_branch }}"\npytorch_cuda_tag: cu124\n'}))
 
 
 def test_inline_comments_are_read_as_ansible_reads_them(tmp_path):

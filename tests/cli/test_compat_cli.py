@@ -1,0 +1,78 @@
+"""An impossible driver x CUDA x torch x GPU combination: one line, exit 2, and no host contacted (issue 13, item 3).
+
+The hosts are TEST-NET-1 addresses (192.0.2.0/24, RFC 5737): nothing answers there, so a run that tried to reach
+one would hang in SSH's connect timeout instead of failing at once.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from megaprov import runner
+from megaprov.cli import main
+from megaprov.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = """\
+    [head]
+    head1 ansible_host=192.0.2.10
+    [gpu_nodes]
+    gpu1 ansible_host=192.0.2.11
+    gpu2 ansible_host=192.0.2.12
+    """
+
+
+def write(tmp_path, gpu_vars):
+    path = tmp_path / "inventory.ini"
+    path.write_text(textwrap.dedent(INVENTORY))
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "gpu_nodes.yml").write_text(textwrap.dedent(gpu_vars))
+    return str(path)
+
+
+CASES = [
+    # The old defaults: CUDA 12.4 on branch 550 with torch 2.13.0, which has no CUDA 12 build <= 12.4.
+    ("nvidia_driver_branch: '550'\ncuda_version: '12.4'\n", "pytorch_version=2.13.0 (host gpu1) has no CUDA 12 build for cuda_version=12.4"),
+    ("nvidia_driver_branch: '550'\ncuda_version: '13.0'\n", "nvidia_driver_branch=550 (host gpu1) is too old for cuda_version=13.0"),
+    ("megaprov_gpu_model: B200\nnvidia_driver_open: false\n", "nvidia_driver_open=false (host gpu1) but megaprov_gpu_model=B200 (Blackwell)"),
+]
+
+
+@pytest.mark.parametrize(("gpu_vars", "needle"), CASES)
+@pytest.mark.parametrize("command", [["bootstrap"], ["preflight"]])
+def test_refused_before_any_run(capsys, tmp_path, monkeypatch, gpu_vars, needle, command):
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("ansible-runner was started: a host would have been contacted")
+
+    monkeypatch.setattr(runner, "run", no_run)
+    code = main([*command, write(tmp_path, gpu_vars)])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == ExitCode.USAGE
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("megaprov: error: ") and needle in lines[0]
+    assert not (tmp_path / "state").exists()  # no run directory, no fact cache: nothing was started
+
+
+def test_the_command_fails_fast_with_the_one_line(tmp_path):
+    """The installed entry point, as an operator runs it: exit 2 within seconds against unreachable addresses."""
+    path = write(tmp_path, CASES[0][0])
+    env = dict(os.environ, MEGAPROV_STATE=str(tmp_path / "state"), NO_COLOR="1")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "megaprov", "bootstrap", path], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == ExitCode.USAGE, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and CASES[0][1] in lines[0], proc.stderr
+    assert "set cuda_version to one of 12.6, 13.0, 13.2" in lines[0]
+    assert elapsed < 30, f"took {elapsed:.0f}s: something waited on the network"
+    assert not (tmp_path / "state").exists()
