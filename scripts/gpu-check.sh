@@ -1,45 +1,111 @@
 #!/usr/bin/env bash
-# GPU check: on ONE machine with an NVIDIA GPU and its driver already installed, run megaprov against localhost
-# and print what it finds. Under 8 minutes on a warm machine:
-#   1. megaprov preflight (GPU count, NVLink/NVSwitch, disk, memory)
-#   2. megaprov bootstrap --tags preflight,gpu,nccl,python in preinstalled mode: the driver on its branch,
+# GPU check: on ONE machine with NVIDIA GPUs and their driver already loaded, run megaprov against localhost and
+# print what it finds. One script, under 8 minutes on a warm machine (GPU_CHECK_BUDGET seconds, default 480):
+#   1. the driver (branch, and the newest CUDA it runs: nvidia-smi's "CUDA Version" is that maximum, not a toolkit)
+#      and the CUDA toolkit (nvcc --version, when one is installed); the CUDA megaprov configures is chosen from the
+#      compatibility table (megaprov/compat.yml) for this driver and torch release, never from nvidia-smi's maximum
+#   2. megaprov preflight (GPU count, NVLink/NVSwitch, disk, memory; the inventory is validated before any run)
+#   3. megaprov bootstrap --tags preflight,gpu,nccl,python in preinstalled mode: the driver on its branch,
 #      persistence, Fabric Manager where NVSwitch is present, CUDA (nvcc if present), NCCL, the PyTorch
 #      environment seeing every GPU with NCCL, megatron-core matching Megatron-LM's tag
-#   3. nccl-tests all_reduce_perf on all local GPUs (when libnccl-dev and nvcc are there to build it)
-#   4. `megaprov train` of examples/jobs/gpu-check.yml against localhost: a systemd unit runs pretrain_gpt.py under
+#   4. torch in that environment: its CUDA build, the GPUs it sees, the NCCL version it loads (what training uses)
+#   5. nccl-tests all_reduce_perf on all local GPUs (when built), with the NCCL version it ran and its bus bandwidth
+#   6. `megaprov train` of examples/jobs/gpu-check.yml against localhost: a systemd unit runs pretrain_gpt.py under
 #      torchrun on every local GPU, 20 iterations on mock data, followed to the verdict; prints the verdict, the
 #      loss and TFLOP/s per GPU from the job's report.json
+# and a summary: one line per item above. Exit status: 0 when every step passed, 1 otherwise, 3 without a GPU.
 #
 # Sources, for a machine without internet (all optional):
-#   GPU_CHECK_VENV         an existing venv with CUDA torch (default: the pytorch role builds /opt/megaprov/venv)
+#   GPU_CHECK_VENV         an existing venv with CUDA torch (default: the pytorch role builds /opt/megaprov/venv);
+#                          its torch version and CUDA build become pytorch_version and pytorch_cuda_tag
 #   GPU_CHECK_WHEELHOUSE   a directory of wheels for the pytorch role (CUDA torch + megatron-core)
 #   GPU_CHECK_MEGATRON     a Megatron-LM checkout or git remote holding tag core_v0.16.1
 #   GPU_CHECK_NCCL_TESTS   an nccl-tests git remote holding tag v2.17.1
 #   GPU_CHECK_DRIVER_BRANCH  the installed driver's branch (default: read from nvidia-smi)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 START=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET:-480}
 WORK=${GPU_CHECK_WORK:-/tmp/megaprov-gpu-check}
 mkdir -p "$WORK/shared" "$WORK/inventory/group_vars"
 MEGAPROV=${MEGAPROV:-.venv/bin/megaprov}
+PY=${MEGAPROV_PYTHON:-.venv/bin/python}
 results=()
-step() { printf '\n== %s (%ds)\n' "$1" $(( $(date +%s) - START )); }
+failed=0
+step() { printf '\n== %s (%ds)\n' "$1" $(($(date +%s) - START)); }
 record() { results+=("$1"); printf -- '-> %s\n' "$1"; }
+fail() { failed=1; record "$1"; }
+left() { echo $((BUDGET - ($(date +%s) - START))); }
 
-step "GPUs"
+step "driver and CUDA"
 if ! nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader; then
-  echo "gpu-check: nvidia-smi failed: this script needs an NVIDIA GPU with its driver loaded" >&2; exit 3
+  echo "gpu-check: nvidia-smi failed: this script needs an NVIDIA GPU with its driver loaded" >&2
+  exit 3
 fi
 GPUS=$(nvidia-smi -L | grep -c '^GPU ')
-BRANCH=${GPU_CHECK_DRIVER_BRANCH:-$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1 | cut -d. -f1)}
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
+BRANCH=${GPU_CHECK_DRIVER_BRANCH:-${DRIVER%%.*}}
 NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$NAME" in *H200*) MODEL=H200 ;; *H100*PCIe*) MODEL=H100-PCIe ;; *H100*) MODEL=H100-SXM ;; *A100*40GB*) MODEL=A100-40GB ;;
-  *A100*) MODEL=A100-80GB ;; *B200*) MODEL=B200 ;; *L40S*) MODEL=L40S ;; *) MODEL=H100-SXM ;; esac
-record "gpus: $GPUS x $NAME, driver branch $BRANCH (planner model $MODEL)"
-CUDA_VERSION=$(nvidia-smi | sed -n 's/.*CUDA Version: \([0-9]*\.[0-9]*\).*/\1/p' | head -1)
-HAVE_NVCC=false; command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] && HAVE_NVCC=true
+# The planner's model names (megaprov/planner.py) and the compatibility table's (megaprov/compat.yml). GH200 and
+# GB200 first: their names contain H200 and B200.
+case "$NAME" in
+  *GH200*) MODEL=GH200 ;; *GB200*) MODEL=GB200 ;; *B200*) MODEL=B200 ;; *H200*) MODEL=H200 ;;
+  *H100*PCIe*) MODEL=H100-PCIe ;; *H100*) MODEL=H100-SXM ;; *A100*40GB*) MODEL=A100-40GB ;; *A100*) MODEL=A100-80GB ;;
+  *L40S*) MODEL=L40S ;; *A10*) MODEL=A10 ;; *) MODEL=H100-SXM ;;
+esac
+# nvidia-smi's "CUDA Version" is the newest CUDA this driver runs, not an installed toolkit (issue 13, item 13).
+DRIVER_MAX_CUDA=$(nvidia-smi | sed -n 's/.*CUDA Version: \([0-9]*\.[0-9]*\).*/\1/p' | head -1)
+NVCC=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+NVCC_RELEASE=""
+if [ -n "$NVCC" ]; then
+  NVCC_RELEASE=$("$NVCC" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p' | head -1)
+fi
+VENV=${GPU_CHECK_VENV:-/opt/megaprov/venv}
+TORCH_VERSION="" TORCH_CUDA=""
+if [ -n "${GPU_CHECK_VENV:-}" ] && [ -x "$VENV/bin/python" ]; then
+  read -r TORCH_VERSION TORCH_CUDA < <("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0], torch.version.cuda or "cpu")')
+fi
+# What megaprov configures, from the table: cuda_method, cuda_version (the toolkit when nvcc fits the driver and torch,
+# else the CUDA of the torch build this driver runs in full) and the torch build. One line: method version tag why.
+read -r CUDA_METHOD CUDA_VERSION TORCH_TAG CHOICE < <(
+  "$PY" - "$BRANCH" "$NVCC_RELEASE" "${TORCH_VERSION:-}" "${TORCH_CUDA:-}" <<'PYTHON'
+import sys
 
-cat > "$WORK/inventory/inventory.ini" <<INI
+import yaml
+
+from megaprov import compat
+
+branch, nvcc, torch, torch_cuda = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+if not torch:
+    with open("roles/pytorch/defaults/main.yml", encoding="utf-8") as f:
+        torch = str(yaml.safe_load(f)["pytorch_version"])
+builds = compat.torch_builds(torch) or {}
+if torch_cuda and torch_cuda != "cpu":
+    wheel = torch_cuda
+else:
+    full = [b["cuda"] for b in builds.values() if (compat.toolkit_driver(b["cuda"]) or 9999) <= branch]
+    family = [b["cuda"] for b in builds.values() if (compat.family_driver(b["cuda"]) or 9999) <= branch]
+    wheel = max(full or family or ["none"], key=lambda v: [int(x) for x in v.split(".")] if v != "none" else [0])
+tag = "cu" + wheel.replace(".", "")
+nvcc_fits = (
+    nvcc in compat.table()["cuda"]
+    and (compat.toolkit_driver(nvcc) or 9999) <= branch
+    and compat.derive_tag(torch, nvcc) == tag
+)
+if nvcc_fits:
+    print("preinstalled", nvcc, tag, f"toolkit-{nvcc}")
+else:
+    print("none", wheel, tag, f"no-usable-toolkit({nvcc or 'none'})")
+PYTHON
+)
+if [ -z "${CUDA_METHOD:-}" ]; then
+  echo "gpu-check: cannot choose a CUDA version from megaprov/compat.yml for driver branch $BRANCH (is $PY megaprov's venv?)" >&2
+  exit 2
+fi
+record "driver: $DRIVER (branch $BRANCH; runs CUDA <= ${DRIVER_MAX_CUDA:-?} by nvidia-smi, <= $("$PY" -c "from megaprov import compat; print(compat.max_cuda($BRANCH) or '?')") by megaprov/compat.yml), $GPUS x $NAME (model $MODEL)"
+record "CUDA: toolkit ${NVCC_RELEASE:-none}; megaprov uses cuda_method=$CUDA_METHOD cuda_version=$CUDA_VERSION, torch build $TORCH_TAG ($CHOICE)"
+
+cat >"$WORK/inventory/inventory.ini" <<INI
 [head]
 localhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3
 [gpu_nodes]
@@ -52,22 +118,25 @@ INI
   echo "megaprov_cluster_user: $(id -un)"
   echo "nvidia_driver_method: preinstalled"
   echo "nvidia_driver_branch: \"$BRANCH\""
-  echo "cuda_method: $($HAVE_NVCC && echo preinstalled || echo none)"
+  echo "cuda_method: $CUDA_METHOD"
   echo "cuda_version: \"$CUDA_VERSION\""
-  echo "cuda_home: $(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")"
+  [ "$CUDA_METHOD" = preinstalled ] && echo "cuda_home: $(dirname "$(dirname "$NVCC")")"
+  [ -n "$TORCH_VERSION" ] && echo "pytorch_version: \"$TORCH_VERSION\"" && echo "pytorch_cuda_tag: $TORCH_TAG"
   echo "nccl_method: preinstalled"
   echo "nccl_package_version: \"$(dpkg-query -W -f='${Version}' libnccl2 2>/dev/null || echo none)\""
   echo "nccl_tests_dir: $WORK/shared/nccl-tests"
   [ -n "${GPU_CHECK_NCCL_TESTS:-}" ] && echo "nccl_tests_repo: $GPU_CHECK_NCCL_TESTS"
   [ -n "${GPU_CHECK_MEGATRON:-}" ] && echo "megatron_repo: $GPU_CHECK_MEGATRON"
   echo "megatron_dir: $WORK/megatron-lm"
-  if [ -n "${GPU_CHECK_VENV:-}" ]; then echo "pytorch_venv: $GPU_CHECK_VENV"; fi
-  if [ -n "${GPU_CHECK_WHEELHOUSE:-}" ]; then echo "pytorch_source: wheelhouse"; echo "pytorch_wheelhouse: $GPU_CHECK_WHEELHOUSE"; fi
-} > "$WORK/inventory/group_vars/all.yml"
+  [ -n "${GPU_CHECK_VENV:-}" ] && echo "pytorch_venv: $GPU_CHECK_VENV"
+  if [ -n "${GPU_CHECK_WHEELHOUSE:-}" ]; then
+    echo "pytorch_source: wheelhouse"
+    echo "pytorch_wheelhouse: $GPU_CHECK_WHEELHOUSE"
+  fi
+} >"$WORK/inventory/group_vars/all.yml"
 
 step "preflight"
-$MEGAPROV preflight "$WORK/inventory/inventory.ini"; rc=$?
-record "preflight: exit $rc"
+if "$MEGAPROV" preflight "$WORK/inventory/inventory.ini"; then record "preflight: ok"; else fail "preflight: exit $?"; fi
 
 step "bootstrap --tags preflight,gpu,nccl,python (preinstalled driver)"
 # NCCL from packages is optional on one machine (torch's wheels carry their own): without libnccl2 the nccl stage is
@@ -75,39 +144,78 @@ step "bootstrap --tags preflight,gpu,nccl,python (preinstalled driver)"
 SKIP=nccl_check
 dpkg-query -W libnccl2 >/dev/null 2>&1 || SKIP=nccl
 EXTRA=()
-{ dpkg-query -W libnccl-dev >/dev/null 2>&1 && $HAVE_NVCC; } || EXTRA=(-e nccl_tests=false)
-$MEGAPROV bootstrap "$WORK/inventory/inventory.ini" --tags preflight,gpu,nccl,python --skip-tags "$SKIP" "${EXTRA[@]}"; rc=$?
-record "bootstrap gpu/nccl/python stages: exit $rc"
+{ dpkg-query -W libnccl-dev >/dev/null 2>&1 && [ "$CUDA_METHOD" = preinstalled ]; } || EXTRA=(-e nccl_tests=false)
+if "$MEGAPROV" bootstrap "$WORK/inventory/inventory.ini" --tags preflight,gpu,nccl,python --skip-tags "$SKIP" "${EXTRA[@]}"; then
+  record "bootstrap gpu/nccl/python stages: ok"
+else
+  fail "bootstrap gpu/nccl/python stages: exit $?"
+fi
 
-VENV=${GPU_CHECK_VENV:-/opt/megaprov/venv}
 step "torch on the GPUs"
-"$VENV/bin/python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count(), 'nccl', torch.cuda.nccl.version())"
-record "torch: exit $?"
+if line=$("$VENV/bin/python" -c '
+import torch
+n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+nccl = ".".join(map(str, torch.cuda.nccl.version())) if n else "none"
+print(f"{torch.__version__} (CUDA build {torch.version.cuda}) sees {n} GPU(s), loads NCCL {nccl}")
+'); then
+  TORCH_NCCL=$(sed -n 's/.*loads NCCL \([0-9.]*\).*/\1/p' <<<"$line")
+  case "$line" in *" sees $GPUS GPU(s)"*) record "torch: $line" ;; *) fail "torch: $line, expected $GPUS GPU(s)" ;; esac
+else
+  TORCH_NCCL=""
+  fail "torch: $VENV/bin/python cannot import torch with CUDA"
+fi
 
 step "nccl-tests all_reduce_perf on $GPUS GPU(s)"
 if [ -x "$WORK/shared/nccl-tests/build/all_reduce_perf" ]; then
-  NCCL_DEBUG=INFO "$WORK/shared/nccl-tests/build/all_reduce_perf" -b 8 -e 4G -f 2 -g "$GPUS" > "$WORK/all_reduce.log" 2>&1
+  NCCL_DEBUG=VERSION timeout 120 "$WORK/shared/nccl-tests/build/all_reduce_perf" -b 8 -e 4G -f 2 -g "$GPUS" >"$WORK/all_reduce.log" 2>&1
   rc=$?
   grep -E '^#\s*(Out of bounds|Avg bus)' "$WORK/all_reduce.log"
-  record "all_reduce_perf: exit $rc, $(grep -E 'Avg bus bandwidth' "$WORK/all_reduce.log" | tr -s ' ')"
+  TESTS_NCCL=$(sed -n 's/.*NCCL version \([0-9.]*\).*/\1/p' "$WORK/all_reduce.log" | head -1)
+  AVG=$(sed -n 's/^#\s*Avg bus bandwidth\s*:\s*\([0-9.]*\).*/\1/p' "$WORK/all_reduce.log")
+  # Peak out-of-place bus bandwidth (column 8 of the data rows: size count type redop root time algbw busbw ...).
+  PEAK=$(awk '!/^#/ && NF >= 8 && $1 ~ /^[0-9]+$/ { if ($8 + 0 > max) max = $8 + 0 } END { print max + 0 }' "$WORK/all_reduce.log")
+  same=""
+  if [ -n "$TORCH_NCCL" ] && [ "$TESTS_NCCL" != "$TORCH_NCCL" ]; then same=", NOT the NCCL torch loads ($TORCH_NCCL)"; fi
+  if [ "$rc" -eq 0 ]; then
+    record "nccl-tests: all_reduce_perf avg busbw ${AVG:-?} GB/s, peak ${PEAK} GB/s, NCCL ${TESTS_NCCL:-?}$same"
+  else
+    fail "nccl-tests: all_reduce_perf exit $rc (see $WORK/all_reduce.log)"
+  fi
 else
-  record "all_reduce_perf: skipped: nccl-tests not built (needs libnccl-dev and nvcc on this machine)"
+  record "nccl-tests: skipped: not built (needs libnccl-dev and a CUDA toolkit that fits the driver)"
 fi
 
 step "megaprov train: pretrain_gpt.py, 20 iterations on mock data, on every local GPU"
 # The real launch against localhost: a systemd unit running torchrun, followed to the verdict (report.json).
 JOB="gpu-check-$(date +%Y%m%d-%H%M%S)"
-sed "s#^  python: .*##; s#^launch:#launch:\n  python: $VENV/bin/python\n  megatron_dir: $WORK/megatron-lm#" examples/jobs/gpu-check.yml > "$WORK/gpu-check.yml"
-timeout 420 $MEGAPROV train --job "$WORK/gpu-check.yml" -i "$WORK/inventory/inventory.ini" --gpus-per-node "$GPUS" --name "$JOB" --stall-timeout 240
+sed "s#^  python: .*##; s#^launch:#launch:\n  python: $VENV/bin/python\n  megatron_dir: $WORK/megatron-lm#" examples/jobs/gpu-check.yml >"$WORK/gpu-check.yml"
+LIMIT=$(left)
+[ "$LIMIT" -lt 120 ] && LIMIT=120
+timeout "$LIMIT" "$MEGAPROV" train --job "$WORK/gpu-check.yml" -i "$WORK/inventory/inventory.ini" --gpus-per-node "$GPUS" --name "$JOB" --stall-timeout 240
 rc=$?
 REPORT="$WORK/shared/jobs/$JOB/report.json"
 if [ -f "$REPORT" ]; then
-  summary=$("$VENV/bin/python" -c "import json,sys; r=json.load(open(sys.argv[1])); t=r['throughput']; print(f\"verdict {r['verdict']}, {r['iterations']['last']}/{r['iterations']['total']} iterations, loss {r['loss']['first']} -> {r['loss']['last']}, {t['tflops_per_gpu_median']} TFLOP/s per GPU, {t['tokens_per_second_median']:.0f} tokens/s\")" "$REPORT")
+  summary=$(
+    "$PY" - "$REPORT" <<'PYTHON'
+import json
+import sys
+
+with open(sys.argv[1], encoding="utf-8") as f:
+    r = json.load(f)
+t, i, loss = r["throughput"], r["iterations"], r["loss"]
+tflops = "?" if t["tflops_per_gpu_median"] is None else f"{t['tflops_per_gpu_median']:.1f}"
+print(
+    f"verdict {r['verdict']}, {i['last']}/{i['total']} iterations, loss {loss['first']} -> {loss['last']}, "
+    f"{tflops} TFLOP/s per GPU, {t['tokens_per_second_median'] or 0:.0f} tokens/s"
+)
+PYTHON
+  )
 else
   summary="no report (see $WORK/shared/jobs/$JOB/logs)"
 fi
-record "megaprov train: exit $rc; $summary"
-$MEGAPROV job stop "$JOB" >/dev/null 2>&1 || true
+if [ "$rc" -eq 0 ]; then record "train (pretrain_gpt.py): $summary"; else fail "train (pretrain_gpt.py): exit $rc; $summary"; fi
+"$MEGAPROV" job stop "$JOB" >/dev/null 2>&1 || true
 
-printf '\n== summary (%ds)\n' $(( $(date +%s) - START ))
+printf '\n== summary (%ds of %ds)\n' $(($(date +%s) - START)) "$BUDGET"
 printf '%s\n' "${results[@]}"
+exit "$failed"
