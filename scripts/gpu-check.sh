@@ -65,8 +65,8 @@ TORCH_VERSION="" TORCH_CUDA=""
 if [ -n "${GPU_CHECK_VENV:-}" ] && [ -x "$VENV/bin/python" ]; then
   read -r TORCH_VERSION TORCH_CUDA < <("$VENV/bin/python" -c 'import torch; print(torch.__version__.split("+")[0], torch.version.cuda or "cpu")')
 fi
-# What megaprov configures, from the table: cuda_method, cuda_version (the toolkit when nvcc fits the driver and torch,
-# else the CUDA of the torch build this driver runs in full) and the torch build. One line: method version tag why.
+# What megaprov configures, from the table: cuda_method, cuda_version (the toolkit when the driver runs it and torch
+# has a build for it, else the CUDA of the newest torch build this driver runs) and the torch build (pytorch_cuda_tag).
 read -r CUDA_METHOD CUDA_VERSION TORCH_TAG CHOICE < <(
   "$PY" - "$BRANCH" "$NVCC_RELEASE" "${TORCH_VERSION:-}" "${TORCH_CUDA:-}" <<'PYTHON'
 import sys
@@ -80,19 +80,22 @@ if not torch:
     with open("roles/pytorch/defaults/main.yml", encoding="utf-8") as f:
         torch = str(yaml.safe_load(f)["pytorch_version"])
 builds = compat.torch_builds(torch) or {}
-if torch_cuda and torch_cuda != "cpu":
+toolkit = nvcc in compat.table()["cuda"] and (compat.toolkit_driver(nvcc) or 9999) <= branch
+if torch_cuda and torch_cuda != "cpu":  # the given venv's torch decides the build; the toolkit must share its major
+    tag = "cu" + torch_cuda.replace(".", "")
+    use_nvcc = toolkit and nvcc.split(".")[0] == torch_cuda.split(".")[0]
     wheel = torch_cuda
-else:
-    full = [b["cuda"] for b in builds.values() if (compat.toolkit_driver(b["cuda"]) or 9999) <= branch]
-    family = [b["cuda"] for b in builds.values() if (compat.family_driver(b["cuda"]) or 9999) <= branch]
-    wheel = max(full or family or ["none"], key=lambda v: [int(x) for x in v.split(".")] if v != "none" else [0])
-tag = "cu" + wheel.replace(".", "")
-nvcc_fits = (
-    nvcc in compat.table()["cuda"]
-    and (compat.toolkit_driver(nvcc) or 9999) <= branch
-    and compat.derive_tag(torch, nvcc) == tag
-)
-if nvcc_fits:
+else:  # the toolkit decides when the driver runs it and torch has a build for it (compat.derive_tag)
+    derived = compat.derive_tag(torch, nvcc) if toolkit else None
+    use_nvcc = derived is not None
+    if derived is not None:
+        tag, wheel = derived, builds[derived]["cuda"]
+    else:  # no usable toolkit: the newest build this driver runs in full, else through minor version compatibility
+        full = [b["cuda"] for b in builds.values() if (compat.toolkit_driver(b["cuda"]) or 9999) <= branch]
+        family = [b["cuda"] for b in builds.values() if (compat.family_driver(b["cuda"]) or 9999) <= branch]
+        wheel = max(full or family or ["0.0"], key=lambda v: [int(x) for x in v.split(".")])
+        tag = "cu" + wheel.replace(".", "")
+if use_nvcc:
     print("preinstalled", nvcc, tag, f"toolkit-{nvcc}")
 else:
     print("none", wheel, tag, f"no-usable-toolkit({nvcc or 'none'})")

@@ -231,3 +231,50 @@ def test_impossible_combinations_are_named_with_the_fix(stack, expected):
 )
 def test_combinations_that_work_pass(stack):
     assert lines(stack) == []
+
+
+NVIDIA_SMI = """#!/bin/sh
+# nvidia-smi of one H200 on driver 575 (its newest CUDA: 12.9), as the real one prints the fields gpu-check.sh asks for
+case "$*" in
+  -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
+  *index,name,driver_version*) echo "0, NVIDIA H200, 575.57.08, 143771 MiB" ;;
+  *driver_version*) echo "575.57.08" ;;
+  *name*) echo "NVIDIA H200" ;;
+  "") echo "| NVIDIA-SMI 575.57.08    Driver Version: 575.57.08    CUDA Version: 12.9     |" ;;
+esac
+"""
+NVCC = """#!/bin/sh
+echo "nvcc: NVIDIA (R) Cuda compiler driver"
+echo "Cuda compilation tools, release 12.8, V12.8.93"
+"""
+
+
+def test_the_gpu_check_takes_cuda_from_the_toolkit_not_from_nvidia_smi(tmp_path):
+    """Issue 13, item 13: nvidia-smi's "CUDA Version" is the driver's maximum (12.9 on 575), the toolkit is 12.8; the
+    GPU check's inventory must say 12.8 (and torch 2.13's cu126, its newest CUDA 12 build not newer than 12.8)."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("nvidia-smi", NVIDIA_SMI), ("nvcc", NVCC), ("megaprov", '#!/bin/sh\necho "megaprov $*"\n')):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        GPU_CHECK_WORK=str(tmp_path / "work"),
+        MEGAPROV=str(bin_dir / "megaprov"),
+        MEGAPROV_PYTHON=sys.executable,
+        GPU_CHECK_BUDGET="120",
+    )
+    proc = subprocess.run(["bash", str(ROOT / "scripts/gpu-check.sh")], capture_output=True, text=True, env=env, timeout=300, check=False)
+    settings = yaml.safe_load((tmp_path / "work/inventory/group_vars/all.yml").read_text())
+    assert (settings["cuda_method"], settings["cuda_version"], settings["nvidia_driver_branch"]) == ("preinstalled", "12.8", "575"), proc.stdout
+    assert settings["megaprov_gpu_model"] == "H200" and settings["cuda_home"] == str(tmp_path)
+    summary = proc.stdout.split("== summary", 1)[1]
+    assert "driver: 575.57.08 (branch 575; runs CUDA <= 12.9 by nvidia-smi, <= 12.9 by megaprov/compat.yml)" in summary
+    assert "CUDA: toolkit 12.8; megaprov uses cuda_method=preinstalled cuda_version=12.8, torch build cu126" in summary
+    assert "torch: " in summary and "nccl-tests: " in summary and "train (pretrain_gpt.py): " in summary
+    assert proc.returncode == 1  # no torch environment on this machine: the torch step fails, and the script says so
