@@ -44,7 +44,11 @@ CASES = [
 
 
 @pytest.mark.parametrize(("gpu_vars", "needle"), CASES)
-@pytest.mark.parametrize("command", [["bootstrap"], ["preflight"]])
+@pytest.mark.parametrize(
+    "command",
+    [["bootstrap", "INV"], ["preflight", "INV"], ["plan", "--job", str(ROOT / "examples/jobs/gpu-check.yml"), "-i", "INV"]],
+    ids=["bootstrap", "preflight", "plan"],
+)
 def test_refused_before_any_run(capsys, tmp_path, monkeypatch, gpu_vars, needle, command):
     monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
 
@@ -52,7 +56,8 @@ def test_refused_before_any_run(capsys, tmp_path, monkeypatch, gpu_vars, needle,
         raise AssertionError("ansible-runner was started: a host would have been contacted")
 
     monkeypatch.setattr(runner, "run", no_run)
-    code = main([*command, write(tmp_path, gpu_vars)])
+    path = write(tmp_path, gpu_vars)
+    code = main([path if arg == "INV" else arg for arg in command])
     out, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == ExitCode.USAGE
