@@ -1,5 +1,7 @@
 """No HCA, no GPU: the RDMA stack is installed, NCCL is told to use sockets on the real interface, and says so."""
 
+import json
+
 testinfra_hosts = ["podman://ib1"]
 
 
@@ -25,3 +27,12 @@ def test_the_env_file_is_valid_shell(host):
 
 def test_no_peermem_without_gpus(host):
     assert not host.file("/etc/modules-load.d/nvidia-peermem.conf").exists
+
+
+def test_gpudirect_decision_is_recorded_for_the_nccl_role(host):
+    fact = host.file("/etc/ansible/facts.d/megaprov_fabric.fact")
+    assert fact.mode == 0o644 and fact.user == "root"
+    recorded = json.loads(fact.content_string)
+    # No GPU and no HCA here: nothing to load; a distribution stack (Debian's rdma-core) never gets nvidia-peermem.
+    assert recorded["gpudirect"] == "none" and recorded["rdma_stack"] == "distribution"
+    assert recorded["reason"] == "GPUDirect RDMA needs both NVIDIA GPUs and RDMA devices"

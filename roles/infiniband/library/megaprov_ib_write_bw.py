@@ -16,6 +16,8 @@ options:
   port: {type: int, default: 18515}
   seconds: {type: int, default: 5}
   threshold_gbps: {type: float, default: 0}
+  ib_port: {type: int, default: 1, description: port of the RDMA device}
+  gid_index: {type: int, description: "GID index (-x) for a RoCE port: perftest's default, GID 0, is RoCE v1 and link-local"}
 """
 
 
@@ -34,6 +36,14 @@ def parse_average_gbps(output: str) -> float | None:
     return None
 
 
+def argv(device: str, port: int, seconds: int, gid_index: int | None = None, peer: str | None = None, ib_port: int = 1) -> list[str]:
+    """perftest's ib_write_bw command line; the server omits the peer. A RoCE port needs -x on both sides."""
+    args = ["ib_write_bw", "-d", device, "-i", str(ib_port), "-p", str(port), "-D", str(seconds), "-F", "--report_gbits"]
+    if gid_index is not None:
+        args += ["-x", str(gid_index)]
+    return args + ([peer] if peer else [])
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -42,14 +52,15 @@ def main() -> None:
             "port": {"type": "int", "default": 18515},
             "seconds": {"type": "int", "default": 5},
             "threshold_gbps": {"type": "float", "default": 0},
+            "gid_index": {"type": "int"},
+            "ib_port": {"type": "int", "default": 1},
         },
         supports_check_mode=True,
     )
     p = module.params
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: no traffic sent")
-    argv = ["ib_write_bw", "-d", p["device"], "-p", str(p["port"]), "-D", str(p["seconds"]), "-F", "--report_gbits", p["peer"]]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=p["seconds"] + 60, check=False)
+    proc = subprocess.run(argv(p["device"], p["port"], p["seconds"], p["gid_index"], p["peer"], p["ib_port"]), capture_output=True, text=True, timeout=p["seconds"] + 60, check=False)
     gbps = parse_average_gbps(proc.stdout)
     result = {"changed": False, "peer": p["peer"], "device": p["device"], "gbps": gbps, "threshold_gbps": p["threshold_gbps"], "rc": proc.returncode}
     if proc.returncode != 0 or gbps is None:
