@@ -30,7 +30,6 @@ from megaprov.planner import Cluster, Plan
 
 RESTART_SEC = 10  # the unit's RestartSec: torchrun is started again this long after it failed
 START_LIMIT_INTERVAL = 3600
-STOP_TIMEOUT = 180  # SIGTERM -> checkpoint -> exit (--exit-signal-handler) before systemd kills
 
 
 class JobFailed(MegaprovError):
@@ -215,7 +214,10 @@ exit 0
 STOP_SCRIPT_FILE = "launch/stop.sh"
 
 
-def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: bool) -> str:
+def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: bool, stop: render.StopGrace | None = None) -> str:
+    """The node's unit. ``stop`` sizes TimeoutStopSec (SIGTERM -> checkpoint -> exit before systemd kills): the
+    render's grace for the job's checkpoint size and the shared directory's write speed."""
+    grace = stop or render.stop_grace(spec)
     lines = [
         "# Written by megaprov train; megaprov job stop stops it.",
         "[Unit]",
@@ -241,7 +243,8 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
         # ExecStop hands SIGTERM to the node script, which hands it to torchrun and waits; leftovers are killed there.
         "KillMode=mixed",
         "SuccessExitStatus=143",
-        f"TimeoutStopSec={STOP_TIMEOUT}",
+        # torchrun waits TORCH_ELASTIC_SHUTDOWN_TIMEOUT (grace.torchrun_s) for the ranks' checkpoint; systemd a minute more.
+        f"TimeoutStopSec={grace.unit_s}",
     ]
     if not lab:  # RDMA registers pinned memory; lab containers may not raise the limit
         lines.append("LimitMEMLOCK=infinity")
@@ -319,7 +322,7 @@ def start(
         (staging / STOP_SCRIPT_FILE).write_text(STOP_SCRIPT)
         for node in rendered.nodes:
             (staging / "launch" / f"{node.host}.sh").write_text(node.script)
-            units[node.host] = unit_text(spec, job, node.host, node.node_rank, user, lab)
+            units[node.host] = unit_text(spec, job, node.host, node.node_rank, user, lab, rendered.stop)
             (staging / "launch" / f"{node.host}.service").write_text(units[node.host])
         if spec.launch.trainer == "lab":
             (staging / "bin").mkdir()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from megaprov import inventory as inv
-from megaprov import jobspec, planner, rates, render
+from megaprov import jobspec, nodefacts, planner, rates, render
 from megaprov.errors import UsageError
 from megaprov.jobspec import JobSpec, JobSpecError
 from megaprov.paths import project_root
@@ -57,8 +58,25 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
     nodes = shape.nodes or spec.launch.nodes
     shared = str(found.host_var(first, "megaprov_shared_dir", "/shared"))
     # The nodes' measured GEMM rates, where bootstrap or preflight recorded them: the plan's estimate rests on them.
-    found_cluster = planner.Cluster(nodes, gpn, gpu, shared, tuple(n for n, _ in hosts))
-    return rates.with_rates(found_cluster, inventory_path), hosts
+    # What their training environment holds (the python stage's fact): the render's implementation choice rests on it.
+    job_hosts = tuple(n for n, _ in hosts)
+    stack = nodefacts.known(Path(inventory_path), job_hosts[:nodes])
+    write = found.host_var(first, "megatron_checkpoint_write_mbps", None)
+    try:
+        write_mbps = float(write) if write not in (None, "") else nodefacts.DEFAULT_WRITE_MBPS
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"{found.path}: megatron_checkpoint_write_mbps={write!r} is not a number", "set it to the shared directory's write speed in MB/s"
+        ) from None
+    if not 0 < write_mbps < 1e7:
+        raise UsageError(
+            f"{found.path}: megatron_checkpoint_write_mbps={write_mbps:g} is out of range",
+            "set it to the shared directory's write speed in MB/s (> 0)",
+        )
+    found_cluster = nodefacts.KnownCluster(
+        nodes, gpn, gpu, shared, job_hosts, stack=stack, write_mbps=write_mbps, write_source="inventory" if write not in (None, "") else "default"
+    )
+    return rates.with_rates(found_cluster, inventory_path), hosts  # dataclasses.replace keeps the KnownCluster
 
 
 def check(spec: JobSpec, text: str, source: str, world: int | None, gpus_per_node: int | None) -> None:

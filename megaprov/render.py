@@ -3,13 +3,16 @@ sbatch script. Pure functions: a job spec and a cluster in, text and argv out.
 
 The arguments target Megatron-LM ``core_v0.16.1`` (``PINNED_MEGATRON``); its complete flag list, produced by
 running that version's own ``add_megatron_arguments`` parser, is ``megaprov/megatron/flags-<tag>.json``, and
-pass-through arguments are checked against it.
+pass-through arguments are checked against it. Which transformer implementation and fused paths an argv selects,
+what each needs on the nodes and the arguments megaprov adds for what the nodes have are facts read from that
+version's code, in ``megaprov/megatron/impl-<tag>.json``; what the nodes have is :mod:`megaprov.nodefacts`.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import math
 import posixpath
 import shlex
 from dataclasses import dataclass
@@ -17,8 +20,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from megaprov import values
+from megaprov import planner, values
 from megaprov.jobspec import PINNED_MEGATRON, JobSpec, JobSpecError, Problem
+from megaprov.nodefacts import DEFAULT_WRITE_MBPS, ROLE_DEFAULTS, NodeStack, stack_of, write_speed
 from megaprov.planner import Cluster
 
 # Environment every rank gets. CUDA_DEVICE_MAX_CONNECTIONS=1 keeps tensor-parallel communication kernels
@@ -53,6 +57,130 @@ def megatron_flags(tag: str = PINNED_MEGATRON) -> dict[str, dict[str, Any]]:
     return flags
 
 
+@cache
+def megatron_impl(tag: str = PINNED_MEGATRON) -> dict[str, Any]:
+    """Facts read from Megatron-LM at ``tag``: defaults of the implementation and fusion switches, what each needs,
+    and the rules megaprov renders by (``impl-<tag>.json``)."""
+    text = resources.files("megaprov").joinpath(f"megatron/impl-{tag}.json").read_text(encoding="utf-8")
+    table: dict[str, Any] = json.loads(text)
+    return table
+
+
+def _forced(spec: JobSpec) -> dict[str, str]:
+    """Implementation and fusion flags the spec passes itself (launch.extra_args): the spec's choice wins."""
+    out: dict[str, str] = {}
+    items = spec.launch.extra_args
+    for i, item in enumerate(items):
+        name, _, inline = item.partition("=")
+        if name == "--transformer-impl":
+            out[name] = inline or (items[i + 1] if i + 1 < len(items) else "")
+        elif name.startswith("--no-") and name.endswith(("-fusion", "-layer-norm")):
+            out[name] = ""
+    return out
+
+
+def stack_args(spec: JobSpec, stack: NodeStack = ROLE_DEFAULTS, tag: str = PINNED_MEGATRON) -> list[str]:
+    """The implementation and fused-path arguments for what the nodes have: Transformer Engine's implementation where
+    every node has it, Megatron-LM's local one otherwise, and each fused path whose kernel some node lacks switched
+    off (``rules`` of ``impl-<tag>.json``). A flag the spec passes in launch.extra_args is left to it."""
+    if spec.launch.trainer != "megatron-lm":  # the lab trainer has its own CPU layers
+        return []
+    forced = _forced(spec)
+    model = {"position_embedding": spec.model.position_embedding, "normalization": spec.model.normalization}
+    # A forced implementation decides the rules that depend on it (a force the nodes cannot satisfy is refused by
+    # stack_problems, never rendered around).
+    have = {"transformer_engine": forced["--transformer-impl"] == "transformer_engine"} if "--transformer-impl" in forced else {}
+    out: list[str] = []
+    for rule in megatron_impl(tag)["rules"]:
+        if rule["args"][0] in forced:
+            continue
+        on = all(have.get(k, stack.capability(k)) == v for k, v in rule["stack"].items())
+        if on and all(model.get(k) == v for k, v in rule.get("model", {}).items()):
+            out += rule["args"]
+    return out
+
+
+def selected_impl(spec: JobSpec, stack: NodeStack = ROLE_DEFAULTS) -> str:
+    forced = _forced(spec).get("--transformer-impl")
+    if forced:
+        return forced
+    args = stack_args(spec, stack)
+    return (
+        args[args.index("--transformer-impl") + 1] if "--transformer-impl" in args else str(megatron_impl()["defaults"]["transformer_impl"]["value"])
+    )
+
+
+def stack_problems(spec: JobSpec, stack: NodeStack) -> list[Problem]:
+    """What the spec asks of the nodes that they do not have (one problem each, before any host is contacted)."""
+    if spec.launch.trainer != "megatron-lm":
+        return []
+    problems: list[Problem] = []
+    impl = selected_impl(spec, stack)
+    forced = _forced(spec)
+    install = "install it on the nodes (megatron_transformer_engine: true, then megaprov bootstrap --tags python)"
+    if forced.get("--transformer-impl") == "transformer_engine" and stack.transformer_engine is None and stack.source == "facts":
+        problems.append(
+            Problem(
+                "launch.extra_args",
+                f"launch.extra_args forces --transformer-impl transformer_engine but the nodes have no Transformer Engine ({stack.describe()})",
+                f"{install}, or drop --transformer-impl from launch.extra_args",
+            )
+        )
+    apex_norm = stack.apex_layer_norm and spec.model.normalization == "LayerNorm"
+    if spec.parallel.sequence_parallel and impl == "local" and not apex_norm:
+        problems.append(
+            Problem(
+                "parallel.sequence_parallel",
+                "parallel.sequence_parallel=true needs Transformer Engine on the nodes (Megatron-LM's local layers use torch's "
+                f"{spec.model.normalization}, which refuses sequence parallelism); {stack.describe()}",
+                f"{install}, or set parallel.sequence_parallel: false",
+            )
+        )
+    return problems
+
+
+# ---- stopping: SIGTERM -> checkpoint (--exit-signal-handler) -> exit, before anything sends SIGKILL
+# torchrun (torch.distributed.elastic) sends the ranks SIGTERM and SIGKILLs them after a wait: 30 s unless
+# TORCH_ELASTIC_SHUTDOWN_TIMEOUT (or torchrun --shutdown-timeout) says otherwise (torch 2.13:
+# torch/distributed/launcher/api.py LaunchConfig.shutdown_timeout, elastic/multiprocessing/api.py _close).
+TORCHRUN_DEFAULT_GRACE = 30
+STOP_BASE_S = 60  # the iteration in flight ends and the checkpoint is opened and finalised
+STOP_WRITE_FACTOR = 2.0  # the measured (or assumed) write speed is not promised under 1000 ranks writing at once
+STOP_MAX_S = 6 * 3600
+STOP_MARGIN_S = 60  # the unit's TimeoutStopSec over torchrun's wait: torchrun and the node script exit, reaping
+
+
+@dataclass(frozen=True)
+class StopGrace:
+    checkpoint_bytes: int
+    write_mbps: float
+    write_source: str
+    torchrun_s: int  # TORCH_ELASTIC_SHUTDOWN_TIMEOUT: SIGTERM to SIGKILL of the ranks
+    unit_s: int  # the unit's TimeoutStopSec (and Slurm's --signal=TERM@ lead)
+
+
+def write_speed_default() -> tuple[float, str]:
+    return DEFAULT_WRITE_MBPS, "default"
+
+
+def checkpoint_bytes(spec: JobSpec) -> int:
+    """Bytes one checkpoint writes: the weights in the training precision, plus fp32 main weights with mixed
+    precision, plus Adam's two fp32 moments."""
+    params = planner.parameter_count(spec)["total"]
+    mixed = spec.train.precision in ("bf16", "fp16")
+    return params * ((2 + 4) if mixed else 4) + params * 8
+
+
+def stop_grace(spec: JobSpec, cluster: Cluster | None = None) -> StopGrace:
+    """How long a stop may take: torchrun's SIGTERM-to-SIGKILL wait sized from the checkpoint and the shared
+    directory's write speed (``megatron_checkpoint_write_mbps``, else a conservative default), bounded."""
+    mbps, source = write_speed(cluster) if cluster is not None else write_speed_default()
+    size = checkpoint_bytes(spec)
+    write_s = size / (mbps * 1e6)
+    torchrun = int(min(STOP_MAX_S, max(TORCHRUN_DEFAULT_GRACE, math.ceil(STOP_BASE_S + STOP_WRITE_FACTOR * write_s))))
+    return StopGrace(size, mbps, source, torchrun, torchrun + STOP_MARGIN_S)
+
+
 @dataclass(frozen=True)
 class NodeLaunch:
     host: str
@@ -70,6 +198,9 @@ class Rendered:
     megatron_args: tuple[str, ...]
     nodes: tuple[NodeLaunch, ...]
     sbatch: str | None
+    stack: str = ""  # what the implementation choice rests on (node facts, or what was assumed)
+    transformer_impl: str = ""
+    stop: StopGrace | None = None
 
 
 def _under(shared: str, path: str) -> str:
@@ -90,8 +221,9 @@ def _num(value: float) -> str:
     return repr(value) if isinstance(value, float) and not value.is_integer() else (f"{value:.1f}" if isinstance(value, float) else str(value))
 
 
-def megatron_args(spec: JobSpec, shared_dir: str = "/shared") -> list[str]:
-    """``pretrain_gpt.py`` arguments for the spec (the same list drives the lab trainer)."""
+def megatron_args(spec: JobSpec, shared_dir: str = "/shared", stack: NodeStack = ROLE_DEFAULTS) -> list[str]:
+    """``pretrain_gpt.py`` arguments for the spec (the same list drives the lab trainer), with the implementation and
+    fused paths the nodes' ``stack`` supports."""
     m, p, t, d, c = spec.model, spec.parallel, spec.train, spec.data, spec.checkpoint
     a: list[str] = []
 
@@ -203,6 +335,7 @@ def megatron_args(spec: JobSpec, shared_dir: str = "/shared") -> list[str]:
     opt("--eval-iters", t.eval_iters)
     opt("--tensorboard-dir", posixpath.join(job_dir(spec, shared_dir), "tensorboard"))
     opt("--distributed-backend", "gloo" if spec.launch.trainer == "lab" else "nccl")
+    a.extend(stack_args(spec, stack))
     a.extend(spec.launch.extra_args)
     return a
 
@@ -235,10 +368,15 @@ def check_extra_args(spec: JobSpec, tag: str = PINNED_MEGATRON) -> list[Problem]
 PASS_THROUGH_ENV = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "TORCH_DISTRIBUTED_DEBUG", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 
 
-def _env(spec: JobSpec, passed: dict[str, str] | None = None) -> dict[str, str]:
+def _env(spec: JobSpec, passed: dict[str, str] | None = None, grace: StopGrace | None = None) -> dict[str, str]:
     env = dict(BASE_ENV)
     if spec.launch.trainer == "megatron-lm":
+        # pretrain_gpt.py's own directory is first on sys.path, so a job imports the checkout's megatron.core (not
+        # the installed wheel, which the lab trainer uses): said once, here. Its dataset helpers were built there at
+        # install time by the megatron role (the venv's python and pybind11), so the runtime `make` is a no-op.
         env["PYTHONPATH"] = spec.launch.megatron_dir
+    if grace is not None:
+        env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(grace.torchrun_s)
     env.update({k: v for k, v in (passed or {}).items() if k in PASS_THROUGH_ENV})
     env.update(spec.launch.env)
     return env
@@ -250,7 +388,9 @@ def _entry(spec: JobSpec, shared_dir: str) -> list[str]:
     return [posixpath.join(spec.launch.megatron_dir, "pretrain_gpt.py")]
 
 
-def torchrun_argv(spec: JobSpec, nodes: int, gpus_per_node: int, node_rank: int, master: str, shared_dir: str) -> list[str]:
+def torchrun_argv(
+    spec: JobSpec, nodes: int, gpus_per_node: int, node_rank: int, master: str, shared_dir: str, stack: NodeStack = ROLE_DEFAULTS
+) -> list[str]:
     """The command one node runs: torchrun with a static rendezvous on node rank 0 (its agent hosts the store).
     torchrun does not restart ranks itself: after a failure every torchrun exits, each node's systemd unit starts it
     again (up to ``launch.max_restarts``) and all ranks resume from the latest checkpoint. (Measured on the lab:
@@ -274,7 +414,7 @@ def torchrun_argv(spec: JobSpec, nodes: int, gpus_per_node: int, node_rank: int,
         "--max-restarts",
         "0",
         *_entry(spec, shared_dir),
-        *megatron_args(spec, shared_dir),
+        *megatron_args(spec, shared_dir, stack),
     ]
 
 
@@ -335,6 +475,7 @@ def _script(spec: JobSpec, host: str, rank: int, nodes: int, env: dict[str, str]
         "set -uo pipefail",
         f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
         *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+        _path_line(spec),
         f"cd {shlex.quote(jdir)}",
         "if command -v nvidia-smi >/dev/null 2>&1; then  # GPU utilisation and memory for the verdict, every 2 s",
         f"    nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits -lms 2000 >>{samples} 2>/dev/null &",
@@ -359,6 +500,12 @@ def _script(spec: JobSpec, host: str, rank: int, nodes: int, env: dict[str, str]
         "exit $rc",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _path_line(spec: JobSpec) -> str:
+    """The training environment's bin first on PATH: what Megatron-LM runs by name at start-up (``make`` of the
+    dataset helpers calls ``python3``) is the venv's, as when the megatron role built them."""
+    return f'export PATH={shlex.quote(posixpath.dirname(spec.launch.python))}:"$PATH"'
 
 
 def _pairs(argv: list[str]) -> list[str]:
@@ -395,12 +542,16 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         head.append(f"#SBATCH --gpus-per-node={cluster.gpus_per_node}")
     # #SBATCH lines are read by sbatch, which quotes nothing: only plain words and plain paths go there.
     values.sbatch_path(jdir, "the job directory")
-    head += ["#SBATCH --exclusive", f"#SBATCH --output={jdir}/slurm-%j.out", "#SBATCH --requeue", "#SBATCH --signal=TERM@120"]
+    grace = stop_grace(spec, cluster)
+    # Slurm sends SIGTERM this long before the time limit: the ranks save within it (Slurm's KillWait, a cluster
+    # setting, bounds a scancel's SIGTERM-to-SIGKILL: set it to at least the grace for large models).
+    lead = max(120, grace.unit_s)
+    head += ["#SBATCH --exclusive", f"#SBATCH --output={jdir}/slurm-%j.out", "#SBATCH --requeue", f"#SBATCH --signal=TERM@{lead}"]
     for key, value in (("partition", s.partition), ("account", s.account), ("time", s.time), ("qos", s.qos)):
         if value:
             head.append(f"#SBATCH --{key}={values.sbatch_value(value, f'launch.slurm.{key}')}")
-    env = _env(spec, passed)
-    argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "localhost", shared)
+    env = _env(spec, passed, grace)
+    argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "localhost", shared, stack_of(cluster))
     # Each node's rank and the rendezvous host are known only inside the allocation: those two words are shell
     # variables, placed by position (never by searching the quoted text, which holds user strings).
     at_run_time = {argv.index("--node-rank") + 1: '"$SLURM_NODEID"', argv.index("--master-addr") + 1: '"$MASTER_ADDR"'}
@@ -409,6 +560,7 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         "set -euo pipefail",
         f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
         *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+        _path_line(spec),
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "export MASTER_ADDR",
         f"mkdir -p {shlex.quote(jdir)}",
@@ -421,7 +573,8 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
 def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed: dict[str, str] | None = None) -> Rendered:
     """Render every node's launch. ``hosts`` are (inventory name, address) of the training nodes, rank order;
     ``passed`` is the operator's environment, of which the ``PASS_THROUGH_ENV`` variables reach the ranks."""
-    problems = check_extra_args(spec)
+    stack = stack_of(cluster)
+    problems = check_extra_args(spec) + stack_problems(spec, stack)
     # What the inventory gave (inventory.load checked it; checked again here, where it becomes text of a script).
     shared = values.absolute_path(cluster.shared_dir, "megaprov_shared_dir")
     for name, address in hosts:
@@ -458,10 +611,14 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
         raise JobSpecError(problems)
     chosen = hosts[: cluster.nodes]
     master = chosen[0][1]
-    env = _env(spec, passed)
+    grace = stop_grace(spec, cluster)
+    env = _env(spec, passed, grace)
     launches = []
     for rank, (name, _address) in enumerate(chosen):
-        argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, rank, master, shared)
+        argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, rank, master, shared, stack)
         launches.append(NodeLaunch(name, rank, tuple(argv), tuple(sorted(env.items())), _script(spec, name, rank, cluster.nodes, env, argv, shared)))
     sbatch = sbatch_script(spec, cluster, passed) if spec.launch.launcher == "slurm" else None
-    return Rendered(spec.name, job_dir(spec, shared), ckpt, tuple(megatron_args(spec, shared)), tuple(launches), sbatch)
+    impl = selected_impl(spec, stack) if spec.launch.trainer == "megatron-lm" else "lab"
+    return Rendered(
+        spec.name, job_dir(spec, shared), ckpt, tuple(megatron_args(spec, shared, stack)), tuple(launches), sbatch, stack.describe(), impl, grace
+    )

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import jobspec, render
+from megaprov import jobspec, nodefacts, render
 from megaprov.jobspec import JobSpecError
-from megaprov.planner import GPUS, Cluster
+from megaprov.planner import GPUS
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
@@ -23,9 +23,13 @@ def spec(name):
     return jobspec.load(JOBS / f"{name}.yml")
 
 
-def cluster_for(s, shared="/shared"):
+# A GPU site whose python stage installed Transformer Engine and apex (what the large examples are written for).
+TE_SITE = nodefacts.NodeStack(transformer_engine="2.9.0", apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, hosts=("node00",))
+
+
+def cluster_for(s, shared="/shared", stack=TE_SITE):
     gpu = GPUS["cpu"] if s.launch.trainer == "lab" else GPUS["H100-SXM"]
-    return Cluster(s.launch.nodes, s.launch.gpus_per_node, gpu, shared)
+    return nodefacts.KnownCluster(s.launch.nodes, s.launch.gpus_per_node, gpu, shared, stack=stack)
 
 
 def hosts(n):
