@@ -7,6 +7,12 @@ and renamed at the end: an interrupted run leaves no half dataset behind.
 
 Output naming follows Megatron-LM's ``tools/preprocess_data.py``: ``<prefix>_<key>_document.{bin,idx}``, and
 ``<prefix>_<key>_document`` is what a job's ``data.prefixes`` lists.
+
+Ownership: run as root, ``prepare`` writes its files as the owner of the output directory (:func:`written_as`).
+With ``-i`` that directory is the shared directory's ``data/``, which the storage stage makes the cluster user's:
+the nodes' cluster user can then replace or remove the dataset, and on an NFS export with root_squash (the
+default) root could not have written there at all (it is nobody on the share; a chown after the write would be
+refused for the same reason). Inputs are still read as root.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +43,45 @@ TOKENIZER_TYPES = ("byte", "gpt2-bpe", "huggingface")
 
 class DataError(UsageError):
     """Bad input data or arguments; nothing is left behind."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The numeric owner that files are written as (the cluster user's uid and gid on the shared directory)."""
+
+    uid: int
+    gid: int
+
+
+def directory_owner(directory: Path) -> Owner | None:
+    """Who root writes as in ``directory``: its owner when that is not root; None when this process is not root
+    (it writes as itself) or the directory is root's."""
+    if os.geteuid() != 0:
+        return None
+    st = directory.stat()
+    return Owner(st.st_uid, st.st_gid) if st.st_uid != 0 else None
+
+
+@contextmanager
+def written_as(owner: Owner | None) -> Iterator[None]:
+    """Create files as ``owner``: a root process switches its effective uid, gid and groups for the duration.
+
+    seteuid, not chown after the write: through NFS with root_squash root is nobody, so it can neither create files
+    in the cluster user's directories nor chown them; with the cluster user's uid it does both as that user does.
+    The switch covers the whole process (glibc applies it to every thread): keep the block to the writes."""
+    if owner is None or os.geteuid() != 0 or owner.uid == 0:
+        yield
+        return
+    groups, egid = os.getgroups(), os.getegid()
+    os.setgroups([owner.gid])
+    os.setegid(owner.gid)
+    os.seteuid(owner.uid)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(egid)
+        os.setgroups(groups)
 
 
 class Tokenizer(Protocol):
@@ -283,16 +329,23 @@ def prepare(
     append_eod: bool = True,
     on_progress: Callable[[Progress], None] | None = None,
     progress_every: float = 1.0,
+    owner: Owner | None = None,
 ) -> PrepareResult:
-    """Tokenise JSONL ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx}`` per JSON key."""
+    """Tokenise JSONL ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx}`` per JSON key.
+
+    The files are written as ``owner`` (default, for root: the output directory's owner; see the module notes)."""
     check_arguments(inputs, output_prefix, json_keys, workers)
     paths = [Path(p) for p in inputs]
     keys = tuple(dict.fromkeys(json_keys))
     prefix = Path(output_prefix)
     if not prefix.parent.is_dir():
         raise DataError(f"--output-prefix {prefix}: directory {prefix.parent} does not exist", "create it or choose another prefix")
-    if not os.access(prefix.parent, os.W_OK | os.X_OK):
-        raise DataError(f"--output-prefix {prefix}: directory {prefix.parent} is not writable", "choose a prefix in a directory you can write")
+    owner = owner if owner is not None else directory_owner(prefix.parent)
+    with written_as(owner):
+        writable = os.access(prefix.parent, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids)
+    if not writable:
+        who = f" by uid {owner.uid}" if owner else ""
+        raise DataError(f"--output-prefix {prefix}: directory {prefix.parent} is not writable{who}", "choose a prefix in a directory you can write")
     tok = build_tokenizer(tokenizer)  # fail on a bad tokenizer before starting workers
 
     names = {k: f"{prefix}_{k}_document" for k in keys}
@@ -310,7 +363,7 @@ def prepare(
             if encoded.error:
                 raise DataError(encoded.error.split("; ")[0], encoded.error.split("; ")[1] if "; " in encoded.error else "fix or remove that line")
             if not builders:  # megatron-core (and torch) load only once the first batch is known to be good
-                builders = _builders(tmp, keys, tok.vocab_size)
+                builders = _builders(tmp, keys, tok.vocab_size, owner)
             for key in encoded.docs:
                 builder = builders[key]
                 for ids in encoded.documents(key):
@@ -326,19 +379,21 @@ def prepare(
                 last = now
         if progress.docs == 0:
             raise DataError("the input holds no non-empty documents", "check --json-keys and the files' content")
-        for key, builder in builders.items():
-            builder.finalize(tmp[key] + ".idx")
         files = []
-        for key in keys:
-            for ext in (".bin", ".idx"):
-                os.replace(tmp[key] + ext, names[key] + ext)
-                files.append(names[key] + ext)
+        with written_as(owner):
+            for key, builder in builders.items():
+                builder.finalize(tmp[key] + ".idx")
+            for key in keys:
+                for ext in (".bin", ".idx"):
+                    os.replace(tmp[key] + ext, names[key] + ext)
+                    files.append(names[key] + ext)
         done = True
     finally:
         if not done:
-            for key in keys:
-                for ext in (".bin", ".idx"):
-                    Path(tmp[key] + ext).unlink(missing_ok=True)
+            with written_as(owner):
+                for key in keys:
+                    for ext in (".bin", ".idx"):
+                        Path(tmp[key] + ext).unlink(missing_ok=True)
     progress.seconds = time.monotonic() - start
     if on_progress:
         on_progress(progress)
@@ -379,7 +434,7 @@ def _check_arguments(inputs: Sequence[str | Path], output_prefix: str | Path, js
         raise DataError(f"--output-prefix {prefix!r} names a directory", "end it with a file name prefix, e.g. data/lab")
 
 
-def _builders(tmp: dict[str, str], keys: tuple[str, ...], vocab_size: int) -> dict[str, Any]:
+def _builders(tmp: dict[str, str], keys: tuple[str, ...], vocab_size: int, owner: Owner | None) -> dict[str, Any]:
     try:
         with warnings.catch_warnings():  # megatron-core announces at import that CPU-only nodes lack TE and apex
             warnings.filterwarnings("ignore", message=r".*(Transformer Engine|Apex).*not installed", category=UserWarning)
@@ -388,7 +443,8 @@ def _builders(tmp: dict[str, str], keys: tuple[str, ...], vocab_size: int) -> di
         raise EnvironmentProblem("megatron-core is not installed", "pip install 'megaprov[train]' (megatron-core writes the .bin/.idx)") from None
     dtype = DType.optimal_dtype(vocab_size)
     try:
-        return {k: IndexedDatasetBuilder(tmp[k] + ".bin", dtype=dtype) for k in keys}
+        with written_as(owner):  # each builder opens its .bin here; later writes go to the open file
+            return {k: IndexedDatasetBuilder(tmp[k] + ".bin", dtype=dtype) for k in keys}
     except OSError as exc:
         raise DataError(f"cannot write {exc.filename or tmp[keys[0]]} ({exc.strerror})", "choose an output prefix in a writable directory") from None
 

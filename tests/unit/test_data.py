@@ -198,3 +198,56 @@ def test_a_read_only_output_directory_is_bad_input(tmp_path):
 def test_a_corpus_into_a_directory_is_bad_input(tmp_path):
     with pytest.raises(DataError, match="is a directory"):
         data.synthetic_corpus(tmp_path, 3)
+
+
+# ---- written as the output directory's owner (the cluster user on the shared directory; issue 13 item 4)
+
+CLUSTER_UID = 2000
+as_root_only = pytest.mark.skipif(__import__("os").geteuid() != 0, reason="root's ownership switch needs root")
+
+
+@pytest.fixture
+def share_data():
+    """A 0755 data/ directory of the cluster user's in a directory it can traverse (pytest's tmp_path is root's 0700)."""
+    import os
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="megaprov-data-"))
+    top.chmod(0o755)
+    out = top / "data"
+    out.mkdir(mode=0o755)
+    os.chown(out, CLUSTER_UID, CLUSTER_UID)
+    yield out
+    shutil.rmtree(top)
+
+
+@as_root_only
+def test_root_writes_the_dataset_as_the_owner_of_the_output_directory(tmp_path, share_data):
+    import os
+
+    src = corpus(tmp_path)
+    src.chmod(0o600)  # inputs are still read as root
+    result = data.prepare([src], share_data / "lab", TokenizerSpec("byte"))
+    assert sorted(p.name for p in share_data.iterdir()) == ["lab_text_document.bin", "lab_text_document.idx"]
+    for name in result.files:
+        st = Path(name).stat()
+        assert (st.st_uid, st.st_gid) == (CLUSTER_UID, CLUSTER_UID), name
+    assert (os.geteuid(), os.getegid()) == (0, 0)  # back to root afterwards
+    assert len(IndexedDataset(result.prefixes["text"])) == 4
+
+
+@as_root_only
+def test_a_directory_its_owner_cannot_write_is_refused_for_root_too(tmp_path, share_data):
+    share_data.chmod(0o555)
+    with pytest.raises(DataError, match=f"is not writable by uid {CLUSTER_UID}"):
+        data.prepare([corpus(tmp_path)], share_data / "lab", TokenizerSpec("byte"))
+
+
+@as_root_only
+def test_an_explicit_owner_is_written_as_and_a_failed_run_leaves_nothing(tmp_path, share_data):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n' * 600 + "not json\n")
+    with pytest.raises(DataError, match="not a JSON object"):
+        data.prepare([bad], share_data / "lab", TokenizerSpec("byte"), owner=data.Owner(CLUSTER_UID, CLUSTER_UID))
+    assert list(share_data.iterdir()) == []
