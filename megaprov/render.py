@@ -465,13 +465,23 @@ EXIT_LINE = "megaprov: node {host} (node rank {rank}): torchrun exited with $rc 
 GPU_QUERY = "timestamp,index,utilization.gpu,memory.used,memory.total"
 
 
-def _script(spec: JobSpec, host: str, rank: int, nodes: int, env: dict[str, str], argv: list[str], shared_dir: str) -> str:
+def _script(
+    spec: JobSpec,
+    host: str,
+    rank: int,
+    nodes: int,
+    env: dict[str, str],
+    argv: list[str],
+    shared_dir: str,
+    about: tuple[str, ...] = (),
+) -> str:
     jdir = job_dir(spec, shared_dir)
     samples = shlex.quote(gpu_samples(jdir, host))
     lines = [
         "#!/bin/bash",
         f"# megaprov job {spec.name}: node {host}, rank {rank} of {nodes} (Megatron-LM {PINNED_MEGATRON})",
         f"# Run by the unit {unit_name(spec.name)}; its output is appended to {node_log(jdir, host)}.",
+        *(f"# {line}" for line in about),
         "set -uo pipefail",
         f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
         *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
@@ -613,12 +623,18 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
     master = chosen[0][1]
     grace = stop_grace(spec, cluster)
     env = _env(spec, passed, grace)
+    impl = selected_impl(spec, stack) if spec.launch.trainer == "megatron-lm" else "lab"
+    about = (
+        *((f"Megatron-LM implementation: {impl}; from {stack.describe()}",) if spec.launch.trainer == "megatron-lm" else ()),
+        f"Stop grace: {grace.torchrun_s} s from SIGTERM to torchrun's SIGKILL (checkpoint ~{grace.checkpoint_bytes / 1e9:.1f} GB at "
+        f"{grace.write_mbps:g} MB/s, {grace.write_source}), the unit's TimeoutStopSec {grace.unit_s} s",
+    )
     launches = []
     for rank, (name, _address) in enumerate(chosen):
         argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, rank, master, shared, stack)
-        launches.append(NodeLaunch(name, rank, tuple(argv), tuple(sorted(env.items())), _script(spec, name, rank, cluster.nodes, env, argv, shared)))
+        script = _script(spec, name, rank, cluster.nodes, env, argv, shared, about)
+        launches.append(NodeLaunch(name, rank, tuple(argv), tuple(sorted(env.items())), script))
     sbatch = sbatch_script(spec, cluster, passed) if spec.launch.launcher == "slurm" else None
-    impl = selected_impl(spec, stack) if spec.launch.trainer == "megatron-lm" else "lab"
     return Rendered(
         spec.name, job_dir(spec, shared), ckpt, tuple(megatron_args(spec, shared, stack)), tuple(launches), sbatch, stack.describe(), impl, grace
     )

@@ -80,3 +80,15 @@ def test_a_running_node_script_gets_sigterm_and_is_waited_for(tmp_path):
     assert flag.exists(), "the stop script did not wait for the node script to finish"
     assert not Path(f"/proc/{main}").exists()
     assert time.monotonic() - started >= 0.9
+
+
+def test_the_units_stop_timeout_is_the_jobs_grace_not_a_fixed_one():
+    """Issue 13 item 17: TimeoutStopSec comes from the render's stop grace (checkpoint bytes / write speed)."""
+    from megaprov import render
+
+    spec = jobspec.parse((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())
+    assert _unit(_job())["TimeoutStopSec"] == [str(render.stop_grace(spec).unit_s)]
+    big = jobspec.parse((ROOT / "examples" / "jobs" / "gpt3-175b-128nodes.yml").read_text())
+    grace = render.stop_grace(big)
+    text = jobs.unit_text(big, _job(), "node2", 1, "megaprov", False, grace)
+    assert f"TimeoutStopSec={grace.unit_s}" in text.splitlines() and grace.unit_s > 30 * 60

@@ -155,6 +155,8 @@ def test_environment_and_scripts_are_valid_bash(tmp_path):
     script = out.nodes[1].script
     assert ". /etc/megaprov/nccl.env" in script and "--node-rank 1" in script
     assert "torchrun exited with $rc" in script and "nvidia-smi --query-gpu=" in script
+    # the venv's bin first: Megatron-LM's start-up `make` of the dataset helpers finds them built (issue 13 item 2)
+    assert 'export PATH=/opt/megaprov/venv/bin:"$PATH"' in script.splitlines()
     path = tmp_path / "node.sh"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
@@ -177,6 +179,7 @@ def test_sbatch_script():
     for line in ("#SBATCH --nodes=128", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch", "#SBATCH --time=4:00:00", "#SBATCH --requeue"):
         assert line in text.splitlines(), line
     assert '--node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR" --master-port 29500' in text
+    assert 'export PATH=/opt/megaprov/venv/bin:"$PATH"' in text.splitlines()
     result = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
     assert result.returncode == 0, result.stderr
 

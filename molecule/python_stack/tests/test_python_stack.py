@@ -1,6 +1,8 @@
 """A CPU node's training environment: torch's CPU build and megatron-core 0.16.1 that really train, at the pinned tag."""
 
 import json
+import shlex
+from pathlib import Path
 
 testinfra_hosts = ["podman://py1"]
 PY = "/opt/megaprov/venv/bin/python"
@@ -54,3 +56,62 @@ def test_apex_checked_out_but_not_built_without_a_gpu(host):
     tag = host.check_output("git -C /opt/apex -c safe.directory='*' describe --tags --exact-match")
     assert tag == "25.09"
     assert host.run(f"{PY} -c 'import apex'").rc != 0
+
+
+DATASETS = "/opt/megatron-lm/megatron/core/datasets"
+JOB_PATH = "/opt/megaprov/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def test_dataset_helpers_were_built_at_install_time_and_the_jobs_make_is_a_no_op(host):
+    """Issue 13 item 2: built as root with the venv's python3 and pybind11; the unprivileged job user's `make`
+    (Megatron-LM runs it on rank 0 at every start) finds them up to date and writes nothing."""
+    suffix = host.check_output(f"{PY} -c 'import sysconfig; print(sysconfig.get_config_var(\"EXT_SUFFIX\"))'")
+    built = host.file(f"{DATASETS}/helpers_cpp{suffix}")
+    assert built.exists and built.user == "root" and built.group == "root"
+    assert host.file("/opt/megatron-lm").user == "root"
+    question = host.run(f"runuser -u nobody -- env -i PATH={JOB_PATH} make -q -C {DATASETS}")
+    assert question.rc == 0, question.stdout + question.stderr
+    # the module is the fixture's own pybind11 code, importable from the checkout by the venv's interpreter
+    out = host.check_output(f"cd {DATASETS} && {PY} -c 'import helpers_cpp; print(helpers_cpp.document_offsets([3, 4, 5]))'")
+    assert out == "[0, 3, 7, 12]"
+    assert host.run(f"{PY} -m pybind11 --includes").rc == 0
+
+
+def test_the_python_stage_records_what_the_node_really_has(host):
+    """Issue 13 item 1: the fact megaprov renders by (CPU torch, no Transformer Engine, apex not built)."""
+    fact = json.loads(host.file("/etc/ansible/facts.d/megaprov_python.fact").content_string)
+    assert fact["version"] == 1 and fact["torch"] == "2.13.0+cpu" and fact["torch_cuda"] is None
+    assert fact["transformer_engine"] is None
+    assert fact["apex"] == {k: False for k in fact["apex"]} and "fused_weight_gradient_mlp_cuda" in fact["apex"]
+    megatron = fact["megatron"]
+    assert megatron["core"] == "0.16.1" and megatron["checkout"] == "0.16.1"
+    assert megatron["helpers_built"] is True and megatron["core_imported"] == "checkout"
+
+
+def test_the_model_check_uses_the_arguments_megaprov_renders_for_this_node(host):
+    """The role's last check, run again here with the role's own script and rules: with the node's fact the rules
+    add the local implementation and switch the fused paths off, and the model builds; with no implementation
+    arguments (the render before issue 13) Megatron's defaults need Transformer Engine and the build fails."""
+    files = Path(__file__).resolve().parents[3] / "roles" / "megatron" / "files"
+    script = (files / "megatron_build_check.py").read_text()
+    rules = (files / "impl-core_v0.16.1.json").read_text()
+    assert host.run(f"cat > /tmp/megaprov_check.py <<'EOF'\n{script}\nEOF").rc == 0
+    args = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --position-embedding-type rope --normalization RMSNorm --swiglu"
+    fact = "$(cat /etc/ansible/facts.d/megaprov_python.fact)"
+    try:
+        new = host.run(f'cd /tmp && {PY} /tmp/megaprov_check.py /opt/megatron-lm --rules {shlex.quote(rules)} --stack "{fact}" -- {args}')
+        old = host.run(f"cd /tmp && {PY} /tmp/megaprov_check.py /opt/megatron-lm -- {args}")
+    finally:
+        host.run("rm -f /tmp/megaprov_check.py")
+    result = json.loads(new.stdout.splitlines()[-1])
+    assert new.rc == 0 and result["model"] == "built", new.stdout + new.stderr
+    assert result["rendered"] == [
+        "--transformer-impl",
+        "local",
+        "--no-gradient-accumulation-fusion",
+        "--no-masked-softmax-fusion",
+        "--no-persist-layer-norm",
+        "--no-rope-fusion",
+    ]
+    before = json.loads(old.stdout.splitlines()[-1])
+    assert old.rc == 1 and before["transformer_impl"] == "transformer_engine" and before["model"] != "built"
