@@ -21,6 +21,7 @@ options:
   baseline_file: {type: path, description: JSON file holding the recorded peak bus bandwidth of this test.}
   baseline_ratio: {type: float, default: 0.8, description: Share of the baseline the run must reach.}
   timeout: {type: int, default: 600, description: Seconds before the run is killed.}
+  expect_nccl_version: {type: str, description: "NCCL release every rank must load (NCCL's 'NCCL version' line), e.g. the training environment's 2.30.7."}
 """
 
 import json
@@ -39,6 +40,7 @@ ROW = re.compile(
 AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.eE+-]+)", re.M)
 OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.M)
 VIA = re.compile(r"\bvia (\S+)")
+NCCL_VERSION = re.compile(r"NCCL INFO NCCL version (\d+\.\d+\.\d+)")
 
 
 def parse(text):
@@ -67,9 +69,19 @@ def transports(text):
     return sorted({m.group(1) for line in text.splitlines() if "NCCL INFO" in line for m in VIA.finditer(line)})
 
 
-def judge(result, seen, min_busbw, require, forbid, baseline, ratio):
+def loaded_versions(text):
+    """NCCL releases the ranks loaded, from NCCL_DEBUG=INFO's 'NCCL INFO NCCL version 2.30.7+cuda13.0' line."""
+    return sorted({m.group(1) for m in NCCL_VERSION.finditer(text)})
+
+
+def judge(result, seen, min_busbw, require, forbid, baseline, ratio, expect_version=None, versions=()):
     """Problems (empty = pass)."""
     problems = []
+    if expect_version and list(versions) != [expect_version]:
+        problems.append(
+            "nccl-tests ran with NCCL %s, not %s (the NCCL training loads): rebuild nccl-tests against the training environment"
+            % (", ".join(versions) or "of unknown version (no 'NCCL version' line)", expect_version)
+        )
     if not result["rows"]:
         problems.append("no result rows in the output: the test did not run")
         return problems
@@ -100,6 +112,7 @@ def main():
             "baseline_file": {"type": "path"},
             "baseline_ratio": {"type": "float", "default": 0.8},
             "timeout": {"type": "int", "default": 600},
+            "expect_nccl_version": {"type": "str"},
         },
         supports_check_mode=False,
     )
@@ -117,18 +130,22 @@ def main():
         with open(path) as handle:
             baseline = float(json.load(handle)["peak_busbw_gbps"])
     problems = ([] if rc == 0 else ["%s exited %d: %s" % (params["argv"][0], rc, (err.strip().splitlines() or ["no error output"])[-1])])
-    problems += judge(result, seen, params["min_busbw_gbps"], params["require_transports"], params["forbid_transports"], baseline, params["baseline_ratio"])
+    versions = loaded_versions(text)
+    problems += judge(
+        result, seen, params["min_busbw_gbps"], params["require_transports"], params["forbid_transports"], baseline, params["baseline_ratio"],
+        params["expect_nccl_version"], versions,
+    )
     recorded = False
     if not problems and path and baseline is None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as handle:
             json.dump({"peak_busbw_gbps": result["peak_busbw"], "avg_busbw_gbps": result["avg_busbw"], "argv": params["argv"], "recorded": time.time()}, handle)
         recorded = True
-    summary = "peak %.1f GB/s, avg %s GB/s, %d wrong, transports %s, %.1f s" % (
-        result["peak_busbw"], result["avg_busbw"], result["wrong"], ",".join(seen) or "-", seconds)
+    summary = "NCCL %s: peak %.1f GB/s, avg %s GB/s, %d wrong, transports %s, %.1f s" % (
+        ",".join(versions) or "?", result["peak_busbw"], result["avg_busbw"], result["wrong"], ",".join(seen) or "-", seconds)
     if problems:
         module.fail_json(msg="; ".join(problems), summary=summary, result=result, transports=seen, stdout_tail=out.splitlines()[-30:])
-    module.exit_json(changed=recorded, summary=summary, result=result, transports=seen, baseline_gbps=baseline, baseline_recorded=recorded)
+    module.exit_json(changed=recorded, summary=summary, result=result, transports=seen, nccl_versions=versions, baseline_gbps=baseline, baseline_recorded=recorded)
 
 
 if __name__ == "__main__":
