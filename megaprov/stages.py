@@ -10,8 +10,8 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("storage", "NFS server (kernel or Ganesha) and the shared directory on every node, N x N write/read check"),
     ("gpu", "NVIDIA driver (pinned, held; Fabric Manager on NVSwitch nodes; persistence) and the CUDA toolkit"),
     ("fabric", "RDMA stack, GPUDirect RDMA, IPoIB and /etc/megaprov/nccl.env on the training nodes"),
-    ("nccl", "NCCL pinned for CUDA, nccl-tests with MPI on the shared directory, all_reduce_perf per node and across nodes"),
     ("python", "PyTorch virtual environment (CUDA or CPU build), apex when enabled, Megatron-LM and megatron-core"),
+    ("nccl", "nccl-tests with MPI on the shared directory, built against the training environment's NCCL; all_reduce_perf per node and across nodes"),
 )
 ROLE_TAGS: tuple[str, ...] = (
     "preflight",
