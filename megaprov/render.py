@@ -512,6 +512,11 @@ def _script(
     return "\n".join(lines) + "\n"
 
 
+def _impl_line(spec: JobSpec, impl: str, stack: NodeStack) -> str:
+    how = "forced by launch.extra_args" if "--transformer-impl" in _forced(spec) else "chosen for the nodes"
+    return f"Megatron-LM implementation: {impl} ({how}); nodes: {stack.describe()}"
+
+
 def _path_line(spec: JobSpec) -> str:
     """The training environment's bin first on PATH: what Megatron-LM runs by name at start-up (``make`` of the
     dataset helpers calls ``python3``) is the venv's, as when the megatron role built them."""
@@ -625,7 +630,7 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
     env = _env(spec, passed, grace)
     impl = selected_impl(spec, stack) if spec.launch.trainer == "megatron-lm" else "lab"
     about = (
-        *((f"Megatron-LM implementation: {impl}; from {stack.describe()}",) if spec.launch.trainer == "megatron-lm" else ()),
+        *((_impl_line(spec, impl, stack),) if spec.launch.trainer == "megatron-lm" else ()),
         f"Stop grace: {grace.torchrun_s} s from SIGTERM to torchrun's SIGKILL (checkpoint ~{grace.checkpoint_bytes / 1e9:.1f} GB at "
         f"{grace.write_mbps:g} MB/s, {grace.write_source}), the unit's TimeoutStopSec {grace.unit_s} s",
     )

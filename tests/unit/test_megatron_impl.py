@@ -145,7 +145,10 @@ def test_a_force_the_nodes_cannot_satisfy_is_refused_in_one_line():
     out = render.render(spec, nodefacts.KnownCluster(2, 8, GPUS["H100-SXM"], "/shared"), [("gpu01", "10.0.0.1"), ("gpu02", "10.0.0.2")])
     assert out.transformer_impl == "transformer_engine" and out.stack.startswith("assumed")
     # the node script (and so `megaprov train --dry-run`) says what the choice rests on
-    assert "# Megatron-LM implementation: transformer_engine; from assumed (no node fact megaprov_python known)" in out.nodes[0].script
+    assert (
+        "# Megatron-LM implementation: transformer_engine (forced by launch.extra_args); nodes: assumed (no node fact megaprov_python known)"
+        in out.nodes[0].script
+    )
 
 
 def test_sequence_parallel_without_transformer_engine_is_refused():
