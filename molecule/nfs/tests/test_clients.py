@@ -30,3 +30,19 @@ def test_root_is_squashed(host):
     host.check_output("echo x > /tmp/r")
     result = host.run(f"nfs-cp /tmp/r '{url('checkpoints/as-root-' + uuid.uuid4().hex[:8], uid=0)}'")
     assert result.rc != 0, "root on a client must not write into the cluster user's directories"
+
+
+def test_root_cannot_write_as_root_even_where_root_owns_the_directory(host):
+    """The export's top directory is root's (0755): only a root that is not squashed could create a file there."""
+    host.check_output("echo x > /tmp/r")
+    name = "as-root-" + uuid.uuid4().hex[:8]
+    result = host.run(f"nfs-cp /tmp/r '{url(name, uid=0)}'")
+    server = testinfra.get_host("podman://nfs1")
+    assert result.rc != 0 and not server.file(f"/shared/{name}").exists, "the export must squash root (root_squash)"
+
+
+def test_the_cluster_users_files_keep_its_uid_on_the_server(host):
+    name = f"data/owned-{uuid.uuid4().hex[:8]}"
+    host.check_output(f"echo x > /tmp/o && nfs-cp /tmp/o '{url(name)}'")
+    written = testinfra.get_host("podman://nfs1").file(f"/shared/{name}")
+    assert written.uid == 2000 and written.gid == 2000

@@ -15,9 +15,12 @@ def test_ganesha_serves_the_export(host):
 
 
 def test_layout_is_owned_by_the_cluster_user(host):
-    for name in ("datasets", "checkpoints", "jobs", "cache"):
+    # every directory a later stage writes as the cluster user (root is nobody on the share)
+    for name in ("data", "datasets", "checkpoints", "jobs", "cache", "opt", "megaprov", "megaprov/baselines"):
         d = host.file(f"/shared/{name}")
-        assert d.is_directory and d.user == "megaprov" and d.mode == 0o775
+        assert d.is_directory and d.user == "megaprov" and d.group == "megaprov" and d.mode == 0o755, name
+    root = host.file("/shared")
+    assert root.user == "root" and root.mode == 0o755  # the cluster user cannot add top-level directories
 
 
 def test_every_node_wrote_its_check_file(host):
