@@ -62,6 +62,22 @@ def test_what_the_driver_role_does_next(gpus, installed, loaded, action):
     assert state.decide(gpus, installed, loaded) == action
 
 
+def test_nouveau_on_the_gpus_means_a_reboot_not_a_modprobe(tmp_path):
+    assert not state.nouveau_loaded(str(tmp_path))
+    (tmp_path / "sys/module/nouveau").mkdir(parents=True)
+    assert state.nouveau_loaded(str(tmp_path))
+    assert state.decide(["0000:18:00.0"], "580.105.08-1", "", nouveau=True) == "reboot"
+    assert state.decide(["0000:18:00.0"], "580.105.08-1", "580.105.08", nouveau=True) == "none"
+
+
+def test_gpu_device_ids_tell_the_generation(tmp_path):
+    for dev, device in [("0000:18:00.0", "0x2330"), ("0000:3b:00.0", "0x1DB1"), ("0000:05:00.0", "0x22a3")]:
+        put(tmp_path, f"sys/bus/pci/devices/{dev}/vendor", "0x10de\n")
+        put(tmp_path, f"sys/bus/pci/devices/{dev}/class", ("0x068000" if dev == "0000:05:00.0" else "0x030200") + "\n")
+        put(tmp_path, f"sys/bus/pci/devices/{dev}/device", device + "\n")
+    assert state.pci_gpu_devices(str(tmp_path)) == ["0x2330", "0x1db1"]  # the NVSwitch is not a GPU
+
+
 def test_nvidia_smi_rows():
     text = "0, NVIDIA H100 80GB HBM3, 550.127.08, Enabled, 81559\n1, NVIDIA H100 80GB HBM3, 550.127.08, Disabled, 81559\n"
     rows = state.parse_smi(text)

@@ -11,6 +11,8 @@ description:
   - Returns C(action), one of C(no_gpu) (no NVIDIA GPU on this machine's PCI bus), C(none) (the installed driver
     is loaded), C(load) (installed, not loaded yet: modprobe without a reboot), C(reboot) (another version is loaded)
     or C(install) (no driver package is installed).
+  - Also returns the GPUs' PCI device IDs (C(pci_gpu_devices), which tell the GPU generation and so the kernel
+    module flavour) and whether nouveau is loaded (C(nouveau_loaded): it holds the GPUs until a reboot).
   - Never changes anything; supports check mode.
 options:
   driver_packages:
@@ -79,6 +81,15 @@ def pci_gpus(root):
     return found
 
 
+def pci_gpu_devices(root):
+    """PCI device IDs ('0x2330') of the NVIDIA GPUs on the PCI bus, in the order of pci_gpus."""
+    return [_read(os.path.join(root, "sys/bus/pci/devices", dev, "device")).lower() for dev in pci_gpus(root)]
+
+
+def nouveau_loaded(root):
+    return os.path.isdir(os.path.join(root, "sys/module/nouveau"))
+
+
 def upstream(version):
     """'550.127.08' from a Debian version such as '550.127.08-1' or '1:550.127.08-0ubuntu1'."""
     version = version.split(":", 1)[-1]
@@ -94,14 +105,15 @@ def parse_smi(text):
     return rows
 
 
-def decide(gpus_on_pci, installed, loaded):
-    """The driver role's next step (see DOCUMENTATION)."""
+def decide(gpus_on_pci, installed, loaded, nouveau=False):
+    """The driver role's next step (see DOCUMENTATION). nouveau bound to the GPUs keeps nvidia from loading
+    until a reboot (the blacklist takes effect at boot)."""
     if not gpus_on_pci:
         return "no_gpu"
     if not installed:
         return "install"
     if not loaded:
-        return "load"
+        return "reboot" if nouveau else "load"
     return "none" if upstream(installed) == loaded else "reboot"
 
 
@@ -151,13 +163,15 @@ def main():
         "secure_boot": boot,
         "mok_enrolled": enrolled,
         "pci_gpus": gpus,
+        "pci_gpu_devices": pci_gpu_devices(root),
+        "nouveau_loaded": nouveau_loaded(root),
         "loaded_version": loaded,
         "installed_package": driver_pkg,
         "installed_version": upstream(driver_version) if driver_version else "",
         "fabricmanager_package": fm_pkg,
         "fabricmanager_version": upstream(fm_version) if fm_version else "",
         "smi": smi,
-        "action": decide(gpus, driver_version, loaded),
+        "action": decide(gpus, driver_version, loaded, nouveau_loaded(root)),
     }
     module.exit_json(changed=False, **state)
 
