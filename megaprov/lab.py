@@ -33,6 +33,13 @@ NODE_IMAGE = "localhost/megaprov-node"
 LABEL = "io.megaprov.lab"
 ADDRESS_LABEL = "io.megaprov.lab.address"  # the node's fixed address, shown while it is stopped
 LAB_SHARED_DIR = "/shared"  # megaprov_shared_dir's default
+# node1's NFS export and, on every node, the raw volume behind the root-squashed /shared (lab_files/squashfs.py)
+LAB_EXPORT_DIR = "/srv/megaprov/export"
+LAB_SHARE_FSTYPE = "fuse.megaprov-squash"
+# The volume's data lies here on this machine, not in podman's root-only (0700) storage: megaprov, run as root,
+# writes into the share as the cluster user (data prepare), which must be able to reach it, as through /shared.
+LAB_SHARES = Path("/var/lib/megaprov/labs")
+IMAGE_FILES = ("Containerfile", "ssh-hostkeys.conf", "squashfs.py", "megaprov-lab-share.service")
 LAB_WHEELHOUSE = "/srv/megaprov/wheelhouse"  # pytorch_wheelhouse on lab nodes
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,openssh-server,sudo,iproute2,procps,ca-certificates,locales"
 HOST_CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
@@ -89,7 +96,7 @@ def podman(*args: str, check: bool = True, input_bytes: bytes | None = None, tim
 
 def image_tag() -> str:
     digest = hashlib.sha256()
-    for name in ("Containerfile", "ssh-hostkeys.conf"):
+    for name in IMAGE_FILES:
         digest.update((LAB_FILES / name).read_bytes())
     return f"{NODE_IMAGE}:{digest.hexdigest()[:12]}"
 
@@ -305,11 +312,12 @@ def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | No
     if ca:
         args += ["-v", f"{ca}:/etc/host-ca.crt:ro"]
     args += ["-v", f"{wheels}:{LAB_WHEELHOUSE}:ro"]
-    # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (the volume, not the
-    # overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle. The kernel here has no NFS
-    # client, so the other nodes get the same volume at the same path, standing in for the kernel mount a
-    # real node has (training reads data and writes checkpoints and logs there).
-    args += ["-v", f"{volume_name(lab)}:{LAB_SHARED_DIR}"]
+    # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (the volume at
+    # LAB_EXPORT_DIR, not the overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle. The kernel
+    # here has no NFS client, so every node (node1 too) gets the volume at LAB_EXPORT_DIR and sees the training
+    # share at /shared through a FUSE daemon with NFS root_squash semantics (lab_files/squashfs.py): root on a
+    # node is nobody there, as on a real NFS mount. FUSE needs /dev/fuse and CAP_SYS_ADMIN to mount.
+    args += ["-v", f"{volume_name(lab)}:{LAB_EXPORT_DIR}", "--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
     if index == 1:
         args += ["--cap-add", "DAC_READ_SEARCH"]
     return [*args, image]
@@ -343,6 +351,16 @@ def ensure_network(lab: str, progress: Progress = _quiet) -> str:
     raise EnvironmentProblem(f"podman could not create network {network_name(lab)}: {proc.stderr.strip()[-200:]}", "see `podman network ls`")
 
 
+def _check_share(node: Node) -> None:
+    """The node sees the training share root-squashed (its FUSE daemon runs), not the raw volume."""
+    fstype = podman("exec", node.container, "findmnt", "-n", "-o", "FSTYPE", "--mountpoint", LAB_SHARED_DIR, check=False).strip()
+    if fstype != LAB_SHARE_FSTYPE:
+        raise EnvironmentProblem(
+            f"lab node {node.name} has no root-squashed {LAB_SHARED_DIR} (found {fstype or 'nothing mounted'})",
+            f"see `podman exec {node.container} systemctl status megaprov-lab-share`; the lab needs /dev/fuse on this machine",
+        )
+
+
 def _host_key(node: Node, deadline: float) -> str:
     """The node's ed25519 host key as ``TYPE BASE64`` (generated at its first boot)."""
     while True:
@@ -356,6 +374,32 @@ def _host_key(node: Node, deadline: float) -> str:
 
 def lab_dir(root: Path, lab: str) -> Path:
     return root / "inventories" / "lab" / lab
+
+
+def share_host_dir(lab: str) -> Path:
+    """Where this machine holds the lab's shared directory (the volume's data)."""
+    return LAB_SHARES / lab / "shared"
+
+
+def volume_create_argv(lab: str) -> list[str]:
+    """The podman arguments that create the lab's volume on share_host_dir (a bind: a real file system for
+    NFS-Ganesha, reachable by the cluster user on this machine). Pure."""
+    return [
+        "volume", "create", "--label", f"{LABEL}={lab}",
+        "--opt", "type=none", "--opt", "o=bind", "--opt", f"device={share_host_dir(lab)}",
+        volume_name(lab),
+    ]  # fmt: skip
+
+
+def ensure_volume(lab: str) -> None:
+    """The lab's volume and its directory (0755 down from /, so the cluster user reaches it) unless they exist."""
+    if subprocess.run(["podman", "volume", "exists", volume_name(lab)], env=podman_env(), check=False).returncode == 0:
+        return
+    directory = share_host_dir(lab)
+    directory.mkdir(parents=True, exist_ok=True)
+    for path in (LAB_SHARES.parent, LAB_SHARES, directory.parent, directory):
+        path.chmod(0o755)
+    podman(*volume_create_argv(lab))
 
 
 def volume_name(lab: str) -> str:
@@ -382,7 +426,9 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         "# The lab's disks are the host's: a short write test is enough.\n"
         "preflight_write_test_mb: 64\n"
         "# No kernel NFS here: NFS-Ganesha serves the shared directory from node1, the nodes reach it with libnfs.\n"
+        "# Training sees it at /shared, root-squashed as on an NFS mount (the node image's megaprov-lab-share).\n"
         "nfs_server_implementation: ganesha\n"
+        f"nfs_server_export_dir: {LAB_EXPORT_DIR}\n"
         "nfs_server_ganesha_graceless: true\n"
         "nfs_client_mode: libnfs\n"
         "# CPU nodes, no package index for torch's CPU build: the wheelhouse `lab up` builds, mounted read-only.\n"
@@ -390,7 +436,7 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         f"pytorch_wheelhouse: {LAB_WHEELHOUSE}\n"
         "# The lab trainer runs on megatron-core alone; pretrain_gpt.py needs CUDA.\n"
         "megatron_checkout: false\n"
-        "# This machine sees the nodes' shared directory as the podman volume.\n"
+        "# This machine sees the nodes' shared directory as the volume's directory.\n"
         f"megaprov_controller_shared_dir: {shared}\n"
     )
     return inventory, group_vars
@@ -420,6 +466,7 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"megaprov-lab-{lab}", "-f", str(key)], check=True)
     if not existing:
         subnet = ensure_network(lab, progress)
+        ensure_volume(lab)
         ca = next((c for c in HOST_CA_CANDIDATES if Path(c).is_file()), None)
         for index in range(1, count + 1):
             cname = container_name(lab, index)
@@ -438,7 +485,11 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     for index, node in enumerate(members, start=1):
         progress(f"wait for SSH on {node.name} ({index}/{count})")
         _wait_ssh(node.address, key, known_hosts, deadline)
-    shared = podman("volume", "inspect", "--format", "{{.Mountpoint}}", volume_name(lab)).strip()
+        _check_share(node)
+    # a lab made before the volume was a bind (podman's own storage) keeps its mount point
+    found = podman("volume", "inspect", "--format", "{{.Options.device}}|{{.Mountpoint}}", volume_name(lab)).strip()
+    device, mountpoint = (found.split("|") + [""])[:2]
+    shared = device if device and not device.startswith("<no value>") else mountpoint
     inventory, group_vars = render_inventory(lab, members, key, known_hosts, shared)
     (directory / "group_vars").mkdir(exist_ok=True)
     (directory / "group_vars" / "all.yml").write_text(group_vars)
@@ -463,6 +514,9 @@ def down(root: Path, lab: str, progress: Progress = _quiet) -> list[str]:
     if subprocess.run(["podman", "volume", "exists", volume_name(lab)], env=podman_env(), check=False).returncode == 0:
         podman("volume", "rm", volume_name(lab))
         removed.append(volume_name(lab))
+    if share_host_dir(lab).parent.is_dir():
+        shutil.rmtree(share_host_dir(lab).parent)
+        removed.append(str(share_host_dir(lab).parent))
     directory = lab_dir(root, lab)
     if directory.exists():
         shutil.rmtree(directory)
@@ -540,4 +594,5 @@ def start(root: Path, lab: str, name: str, progress: Progress = _quiet, boot_tim
         )
     progress(f"wait for SSH on {name} at {node.address}")
     _wait_ssh(node.address, key, known_hosts, deadline)
+    _check_share(node)
     return node

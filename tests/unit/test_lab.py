@@ -28,6 +28,8 @@ def test_the_lab_inventory_passes_validation(tmp_path):
     root = Path(__file__).resolve().parents[2]
     loaded = inv.load(tmp_path / "inventory.ini", root / "roles", root / "inventories" / "defaults.yml")
     assert loaded.host_var("node2", "megaprov_gpu_expected") is False
+    # node1's Ganesha exports the raw volume; the nodes train on /shared (megaprov_shared_dir), root-squashed
+    assert loaded.host_var("node1", "nfs_server_export_dir") == lab.LAB_EXPORT_DIR != lab.LAB_SHARED_DIR
 
 
 @pytest.mark.parametrize("name", ["", "Lab", "-x", "a_b", "x" * 21, "1lab"])
@@ -44,6 +46,9 @@ def test_names_are_derived_from_the_lab_name():
 def test_image_tag_follows_the_build_files():
     tag = lab.image_tag()
     assert tag.startswith("localhost/megaprov-node:") and len(tag.rsplit(":", 1)[1]) == 12
+    # every file the Containerfile copies is hashed: a changed squash daemon builds a new image
+    copied = {line.split()[1] for line in (lab.LAB_FILES / "Containerfile").read_text().splitlines() if line.startswith("COPY ")}
+    assert copied <= set(lab.IMAGE_FILES)
 
 
 def test_a_lab_gets_the_subnet_its_name_hashes_to_whatever_else_exists():
@@ -95,12 +100,23 @@ def test_a_node_is_created_at_its_fixed_address():
         "--label", "io.megaprov.lab=ci", "--label", "io.megaprov.lab.address=10.90.7.3",
         "--network", "megaprov-ci", "--ip", "10.90.7.3", "--network-alias", "node2",
         "--no-hosts", "--systemd", "always",
-        "-v", "/w:/srv/megaprov/wheelhouse:ro", "-v", "megaprov-lab-ci-shared:/shared",
+        "-v", "/w:/srv/megaprov/wheelhouse:ro",
+        # the raw volume at the export path; /shared is the root-squashed FUSE view (it mounts /dev/fuse)
+        "-v", "megaprov-lab-ci-shared:/srv/megaprov/export", "--device", "/dev/fuse", "--cap-add", "SYS_ADMIN",
         "localhost/megaprov-node:abc",
     ]  # fmt: skip
     head = lab.node_create_argv("ci", 1, "10.90.7.0/24", "img", "/etc/ca.crt", Path("/w"))
     assert head[head.index("--ip") + 1] == "10.90.7.2" and head[-3:] == ["--cap-add", "DAC_READ_SEARCH", "img"]
     assert "/etc/ca.crt:/etc/host-ca.crt:ro" in head
+
+
+def test_the_share_volume_is_a_bind_of_a_directory_the_cluster_user_can_reach():
+    # podman's own volume storage is 0700 root: root writing as the cluster user (data prepare) could not reach it
+    assert lab.volume_create_argv("ci") == [
+        "volume", "create", "--label", "io.megaprov.lab=ci",
+        "--opt", "type=none", "--opt", "o=bind", "--opt", "device=/var/lib/megaprov/labs/ci/shared",
+        "megaprov-lab-ci-shared",
+    ]  # fmt: skip
 
 
 def test_pinned_keys_and_inventory_addresses_are_read_back():
