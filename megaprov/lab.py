@@ -392,11 +392,13 @@ def volume_create_argv(lab: str) -> list[str]:
 
 
 def ensure_volume(lab: str) -> None:
-    """The lab's volume and its directory (0755 down from /, so the cluster user reaches it) unless they exist."""
+    """The lab's volume and its directory (0755 down from /, so the cluster user reaches it) unless the volume exists."""
     if subprocess.run(["podman", "volume", "exists", volume_name(lab)], env=podman_env(), check=False).returncode == 0:
         return
     directory = share_host_dir(lab)
-    directory.mkdir(parents=True, exist_ok=True)
+    if directory.exists():  # left by a lab removed by volume name only: a new lab starts with an empty share
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
     for path in (LAB_SHARES.parent, LAB_SHARES, directory.parent, directory):
         path.chmod(0o755)
     podman(*volume_create_argv(lab))
