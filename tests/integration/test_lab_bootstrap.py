@@ -60,7 +60,15 @@ def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
     assert Path(again["result"]["artifacts"]).is_dir()
     # where the time went, stage by stage, in order
     assert [s["stage"] for s in again["result"]["stages"]] == [
-        "validate", "preflight", "base", "ssh_mesh", "storage", "gpu", "fabric", "python", "nccl"
+        "validate",
+        "preflight",
+        "base",
+        "ssh_mesh",
+        "storage",
+        "gpu",
+        "fabric",
+        "python",
+        "nccl",
     ]
     assert all(s["seconds"] >= 0 for s in again["result"]["stages"])
     # GPU stack on GPU-less nodes: the driver stage says so per node, nothing NVIDIA is installed, and the

@@ -89,7 +89,7 @@ def sandbox(tmp_path_factory):
         "date": "#!/bin/bash\necho 2025-01-01T00:00:00.000Z\n",
         "scontrol": "#!/bin/bash\necho node1\n",
         "head": "#!/bin/bash\ncat\n",
-        "cat": "#!/bin/bash\nwhile IFS= read -r l; do echo \"$l\"; done\n",
+        "cat": '#!/bin/bash\nwhile IFS= read -r l; do echo "$l"; done\n',
         "mkdir": "#!/bin/bash\nexit 0\n",
         "srun": '#!/bin/bash\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n',
     }
