@@ -14,7 +14,7 @@ import ipaddress
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -465,6 +465,12 @@ def _stack(inventory: Inventory, host: str, var: Callable[[str, str], Any]) -> c
         open_modules=None if open_modules is None or open_modules.lower() not in _TRUE | _FALSE else as_bool(open_modules),
         driver_installed_by_megaprov=var(host, "nvidia_driver_method") != "preinstalled",
     )
+
+
+def with_extra_vars(inventory: Inventory, extravars: dict[str, Any]) -> Inventory:
+    """``inventory`` as the play sees it with ``-e`` variables, which win over every inventory value."""
+    hosts = {name: replace(host, vars={**host.vars, **extravars}) for name, host in inventory.hosts.items()}
+    return replace(inventory, hosts=hosts)
 
 
 def gpu_stack_checks(inventory: Inventory, roles_dir: Path) -> None:

@@ -99,6 +99,8 @@ def prepare(request: Request, playbook: str, label: str) -> tuple[runner.RunSpec
     specs, prefixes = inv.all_specs(root / "roles")
     inv.validate_vars(opts.extravars, "-e", specs, prefixes)
     runner.as_data(dict(opts.extravars), "-e")  # names and types Ansible can take, checked before a run directory exists
+    if opts.extravars:  # -e cuda_version=... must not slip past the checks the inventory's own values passed
+        inv.gpu_stack_checks(inv.with_extra_vars(inventory, dict(opts.extravars)), root / "roles")
     check_tags("--tags", opts.tags)
     check_tags("--skip-tags", opts.skip_tags)
     if opts.limit:
