@@ -130,6 +130,16 @@ def test_auto_flavour_follows_the_gpu_generation(ids, branch, open_, pre_turing,
     assert (got["__nvidia_driver_open"], got["__nvidia_driver_pre_turing"], got["__nvidia_driver_open_only"]) == (open_, pre_turing, open_only)
 
 
+def test_device_id_spellings_and_garbage():
+    assert render(["__nvidia_driver_gpu_ids"], gpu_ids=["0x2330", "2901", "10DE:1DB1", "n/a", "0x12345"])["__nvidia_driver_gpu_ids"] == [
+        0x2330,
+        0x2901,
+        0x1DB1,
+    ]
+    # An unreadable ID is not taken for a pre-Turing GPU: no ID known means NVIDIA's default by branch.
+    assert render(FLAVOUR, gpu_ids=["unknown"], nvidia_driver_branch="580")["__nvidia_driver_open"] is True
+
+
 def test_the_node_pci_bus_wins_over_the_facts_and_the_flag_is_honoured():
     assert render(FLAVOUR, gpu_ids=[H100], live_ids=[V100])["__nvidia_driver_open"] is False
     assert render(FLAVOUR, gpu_ids=[H100], nvidia_driver_open=False)["__nvidia_driver_open"] is False
