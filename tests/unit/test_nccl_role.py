@@ -90,10 +90,23 @@ def test_mpi_home_follows_the_node_architecture(arch, home):
 
 
 @pytest.mark.parametrize(
-    ("model", "gencode"), [("H100-SXM", "-gencode=arch=compute_90,code=sm_90"), ("B200", "-gencode=arch=compute_100,code=sm_100"), ("", "")]
+    ("model", "gencode"),
+    [
+        ("H100-SXM", "-gencode=arch=compute_90,code=sm_90"),
+        ("h100", "-gencode=arch=compute_90,code=sm_90"),  # the planner's alias, any case: not an all-architectures build
+        ("B200", "-gencode=arch=compute_100,code=sm_100"),
+        ("GB200", "-gencode=arch=compute_100,code=sm_100"),
+        ("A100", "-gencode=arch=compute_80,code=sm_80"),
+        ("L4", "-gencode=arch=compute_89,code=sm_89"),
+        ("V100", "-gencode=arch=compute_70,code=sm_70"),
+        ("", ""),
+        ("no-such-gpu", ""),
+    ],
 )
 def test_one_architecture_per_gpu_model(model, gencode):
-    arch = render(VARS["__nccl_arch"], nccl_gpu_arch=VARS["nccl_gpu_arch"], megaprov_gpu_model=model)
+    """The model's capability comes from megaprov's compatibility table: every model megaprov accepts is known here."""
+    compat = yaml.safe_load((ROOT / "megaprov" / "compat.yml").read_text())
+    arch = render(VARS["__nccl_arch"], __nccl_compat=compat, megaprov_gpu_model=model)
     assert render(VARS["__nccl_gencode"], __nccl_arch=arch, nccl_tests_gencode="auto") == gencode
 
 
