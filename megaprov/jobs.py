@@ -236,7 +236,9 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
         "ExecStart=" + values.systemd_exec_line(["/bin/bash", f"{job.job_dir}/launch/{host}.sh"]),
         # $MAINPID is systemd's: the node script's PID while it runs, empty after it exited.
         "ExecStop=" + values.systemd_exec_line(["/bin/bash", f"{job.job_dir}/{STOP_SCRIPT_FILE}"], "ExecStop") + " $MAINPID",
-        "StandardOutput=append:" + values.systemd_value(render.node_log(job.job_dir, host), "StandardOutput"),
+        # The node script appends its output to its log itself, as the job user: systemd opens an append: file as
+        # root, before User= applies, which a root-squashed share refuses.
+        "StandardOutput=journal",
         "StandardError=inherit",
         "Restart=on-failure",
         f"RestartSec={RESTART_SEC}",

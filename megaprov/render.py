@@ -483,6 +483,7 @@ def _script(
         f"# Run by the unit {unit_name(spec.name)}; its output is appended to {node_log(jdir, host)}.",
         *(f"# {line}" for line in about),
         "set -uo pipefail",
+        f"exec >>{shlex.quote(node_log(jdir, host))} 2>&1  # as the job user (a root-squashed share refuses root)",
         f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
         *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
         _path_line(spec),

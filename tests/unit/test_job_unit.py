@@ -92,3 +92,18 @@ def test_the_units_stop_timeout_is_the_jobs_grace_not_a_fixed_one():
     grace = render.stop_grace(big)
     text = jobs.unit_text(big, _job(), "node2", 1, "megaprov", False, grace)
     assert f"TimeoutStopSec={grace.unit_s}" in text.splitlines() and grace.unit_s > 30 * 60
+
+
+def test_the_node_log_is_written_by_the_job_user_not_by_systemd():
+    """On a root-squashed share systemd cannot open an append: log (it opens it as root, before User= applies): the
+    unit logs to the journal and the node script, running as the job user, appends to its log itself, first thing."""
+    from megaprov import render
+    from megaprov.planner import Cluster
+
+    unit = _unit(_job())
+    assert unit["StandardOutput"] == ["journal"] and not any(v.startswith(("append:", "file:")) for v in unit["StandardError"])
+    spec = jobspec.parse((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())
+    out = render.render(spec, Cluster(2, 1, render.planner.GPUS["cpu"], "/shared"), [("node1", "10.0.0.1"), ("node2", "10.0.0.2")])
+    for node in out.nodes:
+        body = [line for line in node.script.splitlines() if line and not line.startswith("#")]
+        assert body[1] == f"exec >>{shlex.quote(render.node_log(out.job_dir, node.host))} 2>&1  # as the job user (a root-squashed share refuses root)"
