@@ -106,4 +106,5 @@ def test_the_node_log_is_written_by_the_job_user_not_by_systemd():
     out = render.render(spec, Cluster(2, 1, render.planner.GPUS["cpu"], "/shared"), [("node1", "10.0.0.1"), ("node2", "10.0.0.2")])
     for node in out.nodes:
         body = [line for line in node.script.splitlines() if line and not line.startswith("#")]
-        assert body[1] == f"exec >>{shlex.quote(render.node_log(out.job_dir, node.host))} 2>&1  # as the job user (a root-squashed share refuses root)"
+        log = shlex.quote(render.node_log(out.job_dir, node.host))
+        assert body[1] == f"exec >>{log} 2>&1  # as the job user (a root-squashed share refuses root)"
