@@ -443,8 +443,12 @@ def _shared_prefix(inventory: str, prefix: str) -> str:
     parent = path.parent.resolve()
     if not typed.inside(str(parent), str(root)):
         raise UsageError(f"--output-prefix {prefix}: {path.parent} leads outside the shared directory {root}", "give a prefix inside it")
+    from megaprov.owner import as_owner_of
+
+    existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
     try:
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        with as_owner_of(existing):  # the cluster user's directories, as on the nodes (root is squashed there)
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(
             f"--output-prefix {prefix}: cannot create {path.parent} ({exc.strerror})",

@@ -24,7 +24,6 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,6 +32,7 @@ import numpy as np
 
 from megaprov import values
 from megaprov.errors import EnvironmentProblem, UsageError
+from megaprov.owner import Owner, directory_owner, written_as
 
 BATCH_LINES = 512
 MAX_WORKERS = 256
@@ -43,45 +43,6 @@ TOKENIZER_TYPES = ("byte", "gpt2-bpe", "huggingface")
 
 class DataError(UsageError):
     """Bad input data or arguments; nothing is left behind."""
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The numeric owner that files are written as (the cluster user's uid and gid on the shared directory)."""
-
-    uid: int
-    gid: int
-
-
-def directory_owner(directory: Path) -> Owner | None:
-    """Who root writes as in ``directory``: its owner when that is not root; None when this process is not root
-    (it writes as itself) or the directory is root's."""
-    if os.geteuid() != 0:
-        return None
-    st = directory.stat()
-    return Owner(st.st_uid, st.st_gid) if st.st_uid != 0 else None
-
-
-@contextmanager
-def written_as(owner: Owner | None) -> Iterator[None]:
-    """Create files as ``owner``: a root process switches its effective uid, gid and groups for the duration.
-
-    seteuid, not chown after the write: through NFS with root_squash root is nobody, so it can neither create files
-    in the cluster user's directories nor chown them; with the cluster user's uid it does both as that user does.
-    The switch covers the whole process (glibc applies it to every thread): keep the block to the writes."""
-    if owner is None or os.geteuid() != 0 or owner.uid == 0:
-        yield
-        return
-    groups, egid = os.getgroups(), os.getegid()
-    os.setgroups([owner.gid])
-    os.setegid(owner.gid)
-    os.seteuid(owner.uid)
-    try:
-        yield
-    finally:
-        os.seteuid(0)
-        os.setegid(egid)
-        os.setgroups(groups)
 
 
 class Tokenizer(Protocol):

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from megaprov.owner import as_owner_of
+
 _ITERATION = re.compile(r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s+)?iteration\s+(?P<it>\d+)/\s*(?P<total>\d+)\s*\|(?P<rest>.*)$")
 _SAVED = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(?P<it>\d+) to (?P<dir>\S+)")
 _LOADED = re.compile(r"successfully loaded checkpoint from (?P<dir>\S+) .*?at iteration (?P<it>\d+)")
@@ -334,17 +336,19 @@ def prometheus_text(job: str, log: JobLog, state: str) -> str:
 def append_metrics(directory: Path, job: str, new: list[Iteration], log: JobLog, state: str) -> None:
     """While following: the new iterations appended to metrics.jsonl (after a restart an iteration comes again with
     a higher ``attempt``; the later line wins) and metrics.prom replaced. Cost per poll: what is new, not the run."""
-    if new:
-        with (directory / "metrics.jsonl").open("a") as handle:
-            handle.write("".join(json.dumps(metrics_record(it)) + "\n" for it in new))
-    _atomic(directory / "metrics.prom", prometheus_text(job, log, state))
+    with as_owner_of(directory):
+        if new:
+            with (directory / "metrics.jsonl").open("a") as handle:
+                handle.write("".join(json.dumps(metrics_record(it)) + "\n" for it in new))
+        _atomic(directory / "metrics.prom", prometheus_text(job, log, state))
 
 
 def write_metrics(directory: Path, job: str, log: JobLog, state: str) -> None:
     """At the end: metrics.jsonl with one line per iteration (the latest attempt's) and metrics.prom, replaced whole."""
     directory.mkdir(parents=True, exist_ok=True)
-    _atomic(directory / "metrics.jsonl", "".join(json.dumps(metrics_record(it)) + "\n" for it in log.series()))
-    _atomic(directory / "metrics.prom", prometheus_text(job, log, state))
+    with as_owner_of(directory):
+        _atomic(directory / "metrics.jsonl", "".join(json.dumps(metrics_record(it)) + "\n" for it in log.series()))
+        _atomic(directory / "metrics.prom", prometheus_text(job, log, state))
 
 
 def utc_now() -> str:

@@ -25,6 +25,7 @@ from megaprov import inventory as inv
 from megaprov.errors import EnvironmentProblem, ExitCode, MegaprovError, UsageError
 from megaprov.jobspec import JobSpec
 from megaprov.output import RunProgress
+from megaprov.owner import as_owner_of
 from megaprov.paths import PACKAGE_DIR, fact_cache_dir, project_root, state_dir
 from megaprov.planner import Cluster, Plan
 
@@ -385,8 +386,9 @@ def set_state(job: Job, state: str, **extra: Any) -> None:
     meta = json.loads(path.read_text())
     meta.update(state=state, **extra)
     tmp = path.with_name(".job.json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    tmp.replace(path)
+    with as_owner_of(job.local_dir):
+        tmp.write_text(json.dumps(meta, indent=2) + "\n")
+        tmp.replace(path)
 
 
 # ---- following and judging
@@ -436,7 +438,8 @@ def follow_job(
     last_news = time.monotonic()
     all_down_since: float | None = None
     shown = -1
-    (job.local_dir / "metrics.jsonl").write_text("")  # the logs are read from their start again (a resumed job)
+    with as_owner_of(job.local_dir):
+        (job.local_dir / "metrics.jsonl").write_text("")  # the logs are read from their start again (a resumed job)
     try:
         while True:
             now = time.time()

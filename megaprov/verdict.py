@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from megaprov.follow import Iteration, JobLog, RankCompute
+from megaprov.owner import as_owner_of
 
 PASS, FAIL, SKIP = "pass", "fail", "skipped"
 STRAGGLER_FACTOR = 1.5  # a node this many times slower than the median of the others is named
@@ -367,7 +368,8 @@ def plot(series: list[Iteration], path: Path, title: str) -> None:
 
 def write_report(directory: Path, report: dict[str, Any], series: list[Iteration]) -> dict[str, Path]:
     paths = {"json": directory / "report.json", "markdown": directory / "report.md", "plot": directory / "report.png"}
-    paths["json"].write_text(json.dumps(report, indent=2) + "\n")
-    paths["markdown"].write_text(render_markdown(report))
-    plot(series, paths["plot"], f"{report['job']['name']}: {report['verdict']}")
+    with as_owner_of(directory):  # the job directory is the cluster user's (root is squashed on the share)
+        paths["json"].write_text(json.dumps(report, indent=2) + "\n")
+        paths["markdown"].write_text(render_markdown(report))
+        plot(series, paths["plot"], f"{report['job']['name']}: {report['verdict']}")
     return paths
