@@ -2,12 +2,13 @@
 # Install what megaprov and its lab need on a fresh Debian 12 / Ubuntu machine (as root or with sudo):
 # podman with runc and netavark, debootstrap, a Python venv with megaprov, the Ansible collections
 # the tests use (from PyPI), and the lab's node image. Safe to run again: each step is skipped when done.
+# python3-fusepy and fuse: the tests mount the lab's root-squashing share (megaprov/lab_files/squashfs.py) here too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-PACKAGES=(podman runc netavark aardvark-dns slirp4netns uidmap iptables debootstrap openssh-client python3-venv python3-pip git ca-certificates gnupg dpkg-dev)
+PACKAGES=(podman runc netavark aardvark-dns slirp4netns uidmap iptables debootstrap openssh-client python3-venv python3-pip git ca-certificates gnupg dpkg-dev python3-fusepy fuse)
 missing=()
 for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
