@@ -30,3 +30,15 @@ def test_nccl_follows_the_python_environment():
     """nccl-tests is built against the training environment's NCCL (its nvidia-nccl wheel)."""
     order = [p["ansible.builtin.import_playbook"] for p in plays("bootstrap.yml")]
     assert order.index("python.yml") < order.index("nccl.yml")
+
+
+def test_a_site_file_system_gets_the_layout_from_the_cluster_user():
+    """nfs_client_mode: existing has no nfs_server run: the storage stage creates the layout as the cluster user (the
+    nccl role and job launch write into it as that user and stop when it is missing)."""
+    client = plays("storage.yml")[1]
+    block = next(t for t in client["tasks"] if "block" in t)
+    assert block["become_user"] == "{{ megaprov_cluster_user }}" and "== 'existing'" in block["when"]
+    create = block["block"][0]["ansible.builtin.file"]
+    assert create["path"] == "{{ megaprov_shared_dir }}/{{ item }}" and create["state"] == "directory"
+    layout = yaml.safe_load((ROOT / "roles" / "nfs_server" / "defaults" / "main.yml").read_text())["nfs_server_layout"]
+    assert {"opt", "megaprov/baselines", "jobs"} <= set(layout)
