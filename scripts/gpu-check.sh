@@ -27,7 +27,7 @@ cd "$(dirname "$0")/.." || exit 2
 START=$(date +%s)
 BUDGET=${GPU_CHECK_BUDGET:-480}
 WORK=${GPU_CHECK_WORK:-/tmp/megaprov-gpu-check}
-mkdir -p "$WORK/shared" "$WORK/inventory/group_vars"
+mkdir -p "$WORK/shared"/{opt,megaprov/baselines,jobs,checkpoints,data} "$WORK/inventory/group_vars"  # the nfs_server layout
 MEGAPROV=${MEGAPROV:-.venv/bin/megaprov}
 PY=${MEGAPROV_PYTHON:-.venv/bin/python}
 results=()
@@ -51,8 +51,10 @@ NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$NAME" in
   *GH200*) MODEL=GH200 ;; *GB200*) MODEL=GB200 ;; *B200*) MODEL=B200 ;; *H200*) MODEL=H200 ;;
   *H100*PCIe*) MODEL=H100-PCIe ;; *H100*) MODEL=H100-SXM ;; *A100*40GB*) MODEL=A100-40GB ;; *A100*) MODEL=A100-80GB ;;
-  *L40S*) MODEL=L40S ;; *A10*) MODEL=A10 ;; *) MODEL=H100-SXM ;;
+  *L40S*) MODEL=L40S ;; *A10*) MODEL=A10 ;; *L4*) MODEL=L4 ;; *T4*) MODEL=T4 ;; *V100*) MODEL=V100 ;; *) MODEL="" ;;
 esac
+# nccl-tests is compiled for this machine's GPUs exactly, whatever their model (nvidia-smi's compute capability).
+CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
 # nvidia-smi's "CUDA Version" is the newest CUDA this driver runs, not an installed toolkit (issue 13, item 13).
 DRIVER_MAX_CUDA=$(nvidia-smi | sed -n 's/.*CUDA Version: \([0-9]*\.[0-9]*\).*/\1/p' | head -1)
 NVCC=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
@@ -116,7 +118,7 @@ localhost
 INI
 {
   echo "megaprov_shared_dir: $WORK/shared"
-  echo "megaprov_gpu_model: $MODEL"
+  [ -n "$MODEL" ] && echo "megaprov_gpu_model: $MODEL"
   echo "megaprov_gpus_per_node: $GPUS"
   echo "megaprov_cluster_user: $(id -un)"
   echo "nvidia_driver_method: preinstalled"
@@ -125,9 +127,10 @@ INI
   echo "cuda_version: \"$CUDA_VERSION\""
   [ "$CUDA_METHOD" = preinstalled ] && echo "cuda_home: $(dirname "$(dirname "$NVCC")")"
   [ -n "$TORCH_VERSION" ] && echo "pytorch_version: \"$TORCH_VERSION\"" && echo "pytorch_cuda_tag: $TORCH_TAG"
-  echo "nccl_method: preinstalled"
-  echo "nccl_package_version: \"$(dpkg-query -W -f='${Version}' libnccl2 2>/dev/null || echo none)\""
-  echo "nccl_tests_dir: $WORK/shared/nccl-tests"
+  # nccl-tests against the NCCL training loads (the venv's nvidia-nccl wheel; no system libnccl2 needed)
+  echo "nccl_method: none"
+  echo "nccl_tests_dir: $WORK/shared/opt/nccl-tests"
+  [ -n "$CC" ] && echo "nccl_tests_gencode: \"-gencode=arch=compute_$CC,code=sm_$CC\""
   [ -n "${GPU_CHECK_NCCL_TESTS:-}" ] && echo "nccl_tests_repo: $GPU_CHECK_NCCL_TESTS"
   [ -n "${GPU_CHECK_MEGATRON:-}" ] && echo "megatron_repo: $GPU_CHECK_MEGATRON"
   echo "megatron_dir: $WORK/megatron-lm"
@@ -142,12 +145,11 @@ step "preflight"
 if "$MEGAPROV" preflight "$WORK/inventory/inventory.ini"; then record "preflight: ok"; else fail "preflight: exit $?"; fi
 
 step "bootstrap --tags preflight,gpu,nccl,python (preinstalled driver)"
-# NCCL from packages is optional on one machine (torch's wheels carry their own): without libnccl2 the nccl stage is
-# skipped, without libnccl-dev or nvcc nccl-tests is not built. all_reduce_perf runs below, by hand.
+# nccl-tests is built with the toolkit's nvcc against the training environment's NCCL (the nccl stage follows the
+# python stage); without a usable toolkit it is not built. all_reduce_perf runs below, by hand.
 SKIP=nccl_check
-dpkg-query -W libnccl2 >/dev/null 2>&1 || SKIP=nccl
 EXTRA=()
-{ dpkg-query -W libnccl-dev >/dev/null 2>&1 && [ "$CUDA_METHOD" = preinstalled ]; } || EXTRA=(-e nccl_tests=false)
+[ "$CUDA_METHOD" = preinstalled ] || EXTRA=(-e nccl_tests=false)
 if "$MEGAPROV" bootstrap "$WORK/inventory/inventory.ini" --tags preflight,gpu,nccl,python --skip-tags "$SKIP" "${EXTRA[@]}"; then
   record "bootstrap gpu/nccl/python stages: ok"
 else
@@ -169,8 +171,8 @@ else
 fi
 
 step "nccl-tests all_reduce_perf on $GPUS GPU(s)"
-if [ -x "$WORK/shared/nccl-tests/build/all_reduce_perf" ]; then
-  NCCL_DEBUG=VERSION timeout 120 "$WORK/shared/nccl-tests/build/all_reduce_perf" -b 8 -e 4G -f 2 -g "$GPUS" >"$WORK/all_reduce.log" 2>&1
+if [ -x "$WORK/shared/opt/nccl-tests/build/all_reduce_perf" ]; then
+  NCCL_DEBUG=VERSION timeout 120 "$WORK/shared/opt/nccl-tests/build/all_reduce_perf" -b 8 -e 4G -f 2 -g "$GPUS" >"$WORK/all_reduce.log" 2>&1
   rc=$?
   grep -E '^#\s*(Out of bounds|Avg bus)' "$WORK/all_reduce.log"
   TESTS_NCCL=$(sed -n 's/.*NCCL version \([0-9.]*\).*/\1/p' "$WORK/all_reduce.log" | head -1)
@@ -185,7 +187,7 @@ if [ -x "$WORK/shared/nccl-tests/build/all_reduce_perf" ]; then
     fail "nccl-tests: all_reduce_perf exit $rc (see $WORK/all_reduce.log)"
   fi
 else
-  record "nccl-tests: skipped: not built (needs libnccl-dev and a CUDA toolkit that fits the driver)"
+  record "nccl-tests: skipped: not built (needs a CUDA toolkit that fits the driver and torch's CUDA major)"
 fi
 
 step "megaprov train: pretrain_gpt.py, 20 iterations on mock data, on every local GPU"

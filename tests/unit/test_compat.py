@@ -238,6 +238,7 @@ NVIDIA_SMI = """#!/bin/sh
 case "$*" in
   -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
   *index,name,driver_version*) echo "0, NVIDIA H200, 575.57.08, 143771 MiB" ;;
+  *compute_cap*) echo "9.0" ;;
   *driver_version*) echo "575.57.08" ;;
   *name*) echo "NVIDIA H200" ;;
   "") echo "| NVIDIA-SMI 575.57.08    Driver Version: 575.57.08    CUDA Version: 12.9     |" ;;
@@ -273,6 +274,9 @@ def test_the_gpu_check_takes_cuda_from_the_toolkit_not_from_nvidia_smi(tmp_path)
     settings = yaml.safe_load((tmp_path / "work/inventory/group_vars/all.yml").read_text())
     assert (settings["cuda_method"], settings["cuda_version"], settings["nvidia_driver_branch"]) == ("preinstalled", "12.8", "575"), proc.stdout
     assert settings["megaprov_gpu_model"] == "H200" and settings["cuda_home"] == str(tmp_path)
+    # nccl-tests for this GPU's capability, against the training environment's NCCL, in the share's layout
+    assert settings["nccl_tests_gencode"] == "-gencode=arch=compute_90,code=sm_90" and settings["nccl_method"] == "none"
+    assert settings["nccl_tests_dir"] == str(tmp_path / "work/shared/opt/nccl-tests") and (tmp_path / "work/shared/megaprov/baselines").is_dir()
     summary = proc.stdout.split("== summary", 1)[1]
     assert "driver: 575.57.08 (branch 575; runs CUDA <= 12.9 by nvidia-smi, <= 12.9 by megaprov/compat.yml)" in summary
     assert "CUDA: toolkit 12.8; megaprov uses cuda_method=preinstalled cuda_version=12.8, torch build cu126" in summary
