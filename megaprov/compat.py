@@ -148,6 +148,7 @@ class Stack:
     gpu_model: str | None = None  # megaprov_gpu_model
     open_modules: bool | None = None  # nvidia_driver_open (None: auto or unknown)
     driver_installed_by_megaprov: bool = True  # nvidia_driver_method is not preinstalled
+    apex: bool = False  # apex_enabled: its build needs torch's CUDA release to equal nvcc's exactly
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,16 @@ def _torch_problems(s: Stack, torch: str, card: Gpu | None, branch: int | None, 
     family = family_driver(wheel_cuda)
     label = f"torch {torch} {tag}"
     out: list[Problem] = []
+    if s.apex and s.toolkit and cuda is not None and wheel_cuda and wheel_cuda != cuda:
+        # apex 25.09's setup.py compares torch.version.cuda with nvcc's release, minor included (roles/apex cuda_check).
+        out.append(
+            Problem(
+                "cuda_version",
+                cuda,
+                f"differs from {label}'s CUDA {wheel_cuda}, and apex_enabled builds apex, which needs them equal",
+                f'set cuda_version: "{wheel_cuda}" (with a driver branch for it), or apex_enabled: false',
+            )
+        )
     if branch is not None and family is not None and branch < family:
         out.append(
             Problem(

@@ -464,6 +464,7 @@ def _stack(inventory: Inventory, host: str, var: Callable[[str, str], Any]) -> c
         gpu_model=_plain(inventory.host_var(host, "megaprov_gpu_model")) or None,
         open_modules=None if open_modules is None or open_modules.lower() not in _TRUE | _FALSE else as_bool(open_modules),
         driver_installed_by_megaprov=var(host, "nvidia_driver_method") != "preinstalled",
+        apex=as_bool(var(host, "apex_enabled")) if _plain(var(host, "apex_enabled")) is not None else False,
     )
 
 

@@ -39,6 +39,10 @@ CASES = [
     ("nvidia_driver_branch: '550'\ncuda_version: '12.4'\n", "pytorch_version=2.13.0 (host gpu1) has no CUDA 12 build for cuda_version=12.4"),
     ("nvidia_driver_branch: '550'\ncuda_version: '13.0'\n", "nvidia_driver_branch=550 (host gpu1) is too old for cuda_version=13.0"),
     ("megaprov_gpu_model: B200\nnvidia_driver_open: false\n", "nvidia_driver_open=false (host gpu1) but megaprov_gpu_model=B200 (Blackwell)"),
+    (
+        "nvidia_driver_branch: '570'\ncuda_version: '12.8'\napex_enabled: true\n",
+        "cuda_version=12.8 (host gpu1) differs from torch 2.13.0 cu126's CUDA 12.6",
+    ),
 ]
 
 

@@ -202,6 +202,11 @@ def test_the_defaults_fit_together():
             "pytorch_version=2.15.0 is a torch release megaprov has no CUDA build table for (megaprov/compat.yml): set pytorch_cuda_tag "
             "(e.g. cu130) yourself, or use torch 2.6-2.14",
         ),
+        (
+            Stack("570", "12.8", torch="2.13.0", apex=True),  # cu126 under a 12.8 toolkit: fine for torch, not for apex
+            "cuda_version=12.8 differs from torch 2.13.0 cu126's CUDA 12.6, and apex_enabled builds apex, which needs them equal: set "
+            'cuda_version: "12.6" (with a driver branch for it), or apex_enabled: false',
+        ),
         (Stack("5x0", "13.0"), 'nvidia_driver_branch=5x0 is not a driver branch: write the 3-digit branch, e.g. "580"'),
         (
             Stack("580", "12.7"),
@@ -227,6 +232,7 @@ def test_impossible_combinations_are_named_with_the_fix(stack, expected):
         Stack("580", "13.0", torch="2.15.0", tag="cu130"),  # an unknown release with an explicit tag: the user's word
         Stack("580", "13.0", torch="2.13.0", gpu_model="B200", open_modules=False, driver_installed_by_megaprov=False),
         Stack("580", "13.0", torch="2.13.0", gpu_model="some-new-gpu"),
+        Stack("580", "13.0", torch="2.13.0", apex=True),  # the defaults with apex: cu130 and nvcc 13.0 are equal
     ],
 )
 def test_combinations_that_work_pass(stack):
