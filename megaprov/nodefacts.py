@@ -13,11 +13,11 @@ install by default, :data:`ROLE_DEFAULTS`, and says so.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from megaprov.factcache import host_facts
 from megaprov.paths import fact_cache_dir
 from megaprov.planner import Cluster
 
@@ -136,34 +136,13 @@ def combine(found: dict[str, NodeStack], hosts: tuple[str, ...] | list[str]) -> 
     )
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def cached_fact(doc: Any) -> Any:
-    """The ``megaprov_python`` fact in one host's fact-cache entry (plain JSON or ansible-core 2.19's
-    ``__payload__`` wrapper): the role's cacheable fact, else the gathered local fact."""
-    if isinstance(doc, dict) and isinstance(doc.get("__payload__"), str):
-        try:
-            doc = json.loads(doc["__payload__"])
-        except ValueError:
-            return None
-    if not isinstance(doc, dict):
-        return None
-    local = doc.get("ansible_local")
-    return doc.get(FACT) or (local.get(FACT) if isinstance(local, dict) else None)
-
-
 def known(inventory: Path, hosts: tuple[str, ...] | list[str]) -> NodeStack:
     """The stack the fact cache holds for ``hosts`` (ROLE_DEFAULTS when none)."""
     cache = fact_cache_dir(inventory)
     found: dict[str, NodeStack] = {}
     for host in hosts:
-        for entry in (cache / host, *sorted(cache.glob(f"s*_{host}"))):
-            node = node_from_fact(cached_fact(_read_json(entry)))
+        for fact in host_facts(cache, host, FACT):
+            node = node_from_fact(fact)
             if node is not None:
                 found[host] = node
                 break

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from megaprov.factcache import host_facts, read_json
 from megaprov.paths import fact_cache_dir, state_dir
 from megaprov.planner import Cluster, NodeRate, rate_from_fact
 
@@ -29,46 +30,25 @@ def record(inventory: Path, facts: dict[str, dict[str, Any]]) -> None:
     """Merge the facts the nodes reported into the inventory's rates file (atomically)."""
     path = rates_file(inventory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    known = _read_json(path)
+    known = read_json(path)
     merged = {**(known if isinstance(known, dict) else {}), **facts}
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def cached_fact(doc: Any) -> Any:
-    """The compute fact in one host's fact-cache entry: plain JSON, or ansible-core 2.19's ``__payload__`` wrapper;
-    the module's own fact, else the gathered local fact."""
-    if isinstance(doc, dict) and isinstance(doc.get("__payload__"), str):
-        try:
-            doc = json.loads(doc["__payload__"])
-        except ValueError:
-            return None
-    if not isinstance(doc, dict):
-        return None
-    local = doc.get("ansible_local")
-    return doc.get("megaprov_compute") or (local.get("megaprov_compute") if isinstance(local, dict) else None)
-
-
 def known(inventory: Path, hosts: tuple[str, ...] | list[str]) -> tuple[NodeRate, ...]:
     """The rates megaprov recorded for ``hosts``, else those in the fact cache."""
-    recorded = _read_json(rates_file(inventory))
+    recorded = read_json(rates_file(inventory))
     recorded = recorded if isinstance(recorded, dict) else {}
     cache = fact_cache_dir(inventory)
     found = []
     for host in hosts:
         rate = rate_from_fact(host, recorded.get(host))
-        for entry in (cache / host, *sorted(cache.glob(f"s*_{host}"))):
+        for fact in host_facts(cache, host, "megaprov_compute"):
             if rate is not None:
                 break
-            rate = rate_from_fact(host, cached_fact(_read_json(entry)))
+            rate = rate_from_fact(host, fact)
         if rate is not None:
             found.append(rate)
     return tuple(found)

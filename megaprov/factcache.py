@@ -1,0 +1,34 @@
+"""Facts the nodes reported, as Ansible's fact cache holds them on the controller (nothing is contacted)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def read_json(path: Path) -> Any:
+    """The file's JSON, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def host_facts(cache: Path, host: str, name: str) -> Iterator[Any]:
+    """The fact ``name`` in each of ``host``'s fact-cache entries (the plain one first, then each stage's ``s*_``
+    prefixed one): plain JSON or ansible-core 2.19's ``__payload__`` wrapper; the module's own (cacheable) fact,
+    else the gathered local fact. None for an entry without it."""
+    for entry in (cache / host, *sorted(cache.glob(f"s*_{host}"))):
+        doc = read_json(entry)
+        if isinstance(doc, dict) and isinstance(doc.get("__payload__"), str):
+            try:
+                doc = json.loads(doc["__payload__"])
+            except ValueError:
+                doc = None
+        if not isinstance(doc, dict):
+            yield None
+            continue
+        local = doc.get("ansible_local")
+        yield doc.get(name) or (local.get(name) if isinstance(local, dict) else None)
