@@ -342,8 +342,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(series: list[Iteration], path: Path, title: str) -> None:
+def plot(series: list[Iteration], title: str) -> bytes:
     """Loss and tokens/s against the iteration, one PNG."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -360,16 +362,22 @@ def plot(series: list[Iteration], path: Path, title: str) -> None:
     bottom.set_xlabel("iteration")
     bottom.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
-    tmp.replace(path)
+    return png.getvalue()
 
 
 def write_report(directory: Path, report: dict[str, Any], series: list[Iteration]) -> dict[str, Path]:
     paths = {"json": directory / "report.json", "markdown": directory / "report.md", "plot": directory / "report.png"}
+    # Everything is rendered first, as this process is: under the cluster user's uid neither the interpreter's
+    # modules (a root-only venv) nor matplotlib's cache may be readable.
+    texts = {"json": json.dumps(report, indent=2) + "\n", "markdown": render_markdown(report)}
+    png = plot(series, f"{report['job']['name']}: {report['verdict']}")
     with as_owner_of(directory):  # the job directory is the cluster user's (root is squashed on the share)
-        paths["json"].write_text(json.dumps(report, indent=2) + "\n")
-        paths["markdown"].write_text(render_markdown(report))
-        plot(series, paths["plot"], f"{report['job']['name']}: {report['verdict']}")
+        for key, text in texts.items():
+            paths[key].write_text(text)
+        tmp = paths["plot"].with_name(f".{paths['plot'].name}.tmp")
+        tmp.write_bytes(png)
+        tmp.replace(paths["plot"])
     return paths
