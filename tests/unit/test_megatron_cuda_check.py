@@ -50,35 +50,27 @@ def run(tmp_path: Path, role: str, torch_cuda: str, nvcc: str | None) -> subproc
     )
 
 
-@pytest.mark.parametrize(
-    ("torch_cuda", "nvcc", "ok", "said"),
-    [
-        ("13.0", "13.0", True, ""),
-        ("13.0", "13.1", False, "torch 13.0, "),  # apex's setup.py compares the minor too
-        ("12.9", "13.0", False, "nvcc is CUDA 13.0"),
-        ("", "13.0", False, "torch is a CPU build"),
-        ("13.0", None, False, "nvcc is CUDA ?"),
-    ],
-)
-def test_apex_refuses_an_nvcc_of_another_cuda_release(tmp_path, torch_cuda, nvcc, ok, said):
-    out = run(tmp_path, "apex", torch_cuda, nvcc)
-    assert (out.returncode == 0) is ok, out.stdout[-3000:]
-    if not ok:
-        assert "apex's CUDA extensions need torch's CUDA and nvcc's to be the same release" in out.stdout
-        assert said in out.stdout and "or set apex_enabled: false" in out.stdout
+APEX = "apex's CUDA extensions need torch's CUDA and nvcc's to be the same release"
+TE = "megatron_transformer_engine=true needs torch's CUDA major and nvcc's to agree"
 
 
 @pytest.mark.parametrize(
-    ("torch_cuda", "nvcc", "ok", "said"),
+    ("role", "torch_cuda", "nvcc", "ok", "said"),
     [
-        ("13.0", "13.1", True, ""),  # Transformer Engine's core wheel is per CUDA major
-        ("12.8", "13.0", False, "torch 12.8, "),
-        ("13.0", None, False, "is missing"),
+        # apex's setup.py compares the whole release, minor included
+        ("apex", "13.0", "13.0", True, []),
+        ("apex", "13.0", "13.1", False, [APEX, "torch 13.0, ", "or set apex_enabled: false"]),
+        ("apex", "12.9", "13.0", False, [APEX, "nvcc is CUDA 13.0", "or set apex_enabled: false"]),
+        ("apex", "", "13.0", False, [APEX, "torch is a CPU build", "or set apex_enabled: false"]),
+        ("apex", "13.0", None, False, [APEX, "nvcc is CUDA ?", "or set apex_enabled: false"]),
+        # Transformer Engine's core wheel is per CUDA major
+        ("megatron", "13.0", "13.1", True, []),
+        ("megatron", "12.8", "13.0", False, [TE, "torch 12.8, "]),
+        ("megatron", "13.0", None, False, [TE, "is missing"]),
     ],
 )
-def test_transformer_engine_refuses_an_nvcc_of_another_cuda_major(tmp_path, torch_cuda, nvcc, ok, said):
-    out = run(tmp_path, "megatron", torch_cuda, nvcc)
+def test_extension_builds_refuse_an_nvcc_that_does_not_match_torch(tmp_path, role, torch_cuda, nvcc, ok, said):
+    out = run(tmp_path, role, torch_cuda, nvcc)
     assert (out.returncode == 0) is ok, out.stdout[-3000:]
-    if not ok:
-        assert "megatron_transformer_engine=true needs torch's CUDA major and nvcc's to agree" in out.stdout
-        assert said in out.stdout
+    for text in said:
+        assert text in out.stdout, out.stdout[-3000:]
