@@ -36,6 +36,8 @@ step() { printf '\n== %s (%ds)\n' "$1" $(($(date +%s) - START)); }
 record() { results+=("$1"); printf -- '-> %s\n' "$1"; }
 fail() { failed=1; record "$1"; }
 left() { echo $((BUDGET - ($(date +%s) - START))); }
+# A YAML single-quoted scalar: paths and remotes from the environment are data, whatever they contain.
+yq() { local v=${1//\'/\'\'}; printf "'%s'" "$v"; }
 
 step "driver and CUDA"
 if ! nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader; then
@@ -117,27 +119,27 @@ localhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3
 localhost
 INI
 {
-  echo "megaprov_shared_dir: $WORK/shared"
+  echo "megaprov_shared_dir: $(yq "$WORK/shared")"
   [ -n "$MODEL" ] && echo "megaprov_gpu_model: $MODEL"
   echo "megaprov_gpus_per_node: $GPUS"
-  echo "megaprov_cluster_user: $(id -un)"
+  echo "megaprov_cluster_user: $(yq "$(id -un)")"
   echo "nvidia_driver_method: preinstalled"
   echo "nvidia_driver_branch: \"$BRANCH\""
   echo "cuda_method: $CUDA_METHOD"
   echo "cuda_version: \"$CUDA_VERSION\""
-  [ "$CUDA_METHOD" = preinstalled ] && echo "cuda_home: $(dirname "$(dirname "$NVCC")")"
+  [ "$CUDA_METHOD" = preinstalled ] && echo "cuda_home: $(yq "$(dirname "$(dirname "$NVCC")")")"
   [ -n "$TORCH_VERSION" ] && echo "pytorch_version: \"$TORCH_VERSION\"" && echo "pytorch_cuda_tag: $TORCH_TAG"
   # nccl-tests against the NCCL training loads (the venv's nvidia-nccl wheel; no system libnccl2 needed)
   echo "nccl_method: none"
-  echo "nccl_tests_dir: $WORK/shared/opt/nccl-tests"
+  echo "nccl_tests_dir: $(yq "$WORK/shared/opt/nccl-tests")"
   [ -n "$CC" ] && echo "nccl_tests_gencode: \"-gencode=arch=compute_$CC,code=sm_$CC\""
-  [ -n "${GPU_CHECK_NCCL_TESTS:-}" ] && echo "nccl_tests_repo: $GPU_CHECK_NCCL_TESTS"
-  [ -n "${GPU_CHECK_MEGATRON:-}" ] && echo "megatron_repo: $GPU_CHECK_MEGATRON"
-  echo "megatron_dir: $WORK/megatron-lm"
-  [ -n "${GPU_CHECK_VENV:-}" ] && echo "pytorch_venv: $GPU_CHECK_VENV"
+  [ -n "${GPU_CHECK_NCCL_TESTS:-}" ] && echo "nccl_tests_repo: $(yq "$GPU_CHECK_NCCL_TESTS")"
+  [ -n "${GPU_CHECK_MEGATRON:-}" ] && echo "megatron_repo: $(yq "$GPU_CHECK_MEGATRON")"
+  echo "megatron_dir: $(yq "$WORK/megatron-lm")"
+  [ -n "${GPU_CHECK_VENV:-}" ] && echo "pytorch_venv: $(yq "$GPU_CHECK_VENV")"
   if [ -n "${GPU_CHECK_WHEELHOUSE:-}" ]; then
     echo "pytorch_source: wheelhouse"
-    echo "pytorch_wheelhouse: $GPU_CHECK_WHEELHOUSE"
+    echo "pytorch_wheelhouse: $(yq "$GPU_CHECK_WHEELHOUSE")"
   fi
 } >"$WORK/inventory/group_vars/all.yml"
 

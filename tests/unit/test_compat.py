@@ -271,18 +271,20 @@ def test_the_gpu_check_takes_cuda_from_the_toolkit_not_from_nvidia_smi(tmp_path)
     env = dict(
         os.environ,
         PATH=f"{bin_dir}:{os.environ['PATH']}",
-        GPU_CHECK_WORK=str(tmp_path / "work"),
+        GPU_CHECK_WORK=str(tmp_path / "work: it's #1"),  # a path YAML would misread unquoted
         MEGAPROV=str(bin_dir / "megaprov"),
         MEGAPROV_PYTHON=sys.executable,
         GPU_CHECK_BUDGET="120",
     )
     proc = subprocess.run(["bash", str(ROOT / "scripts/gpu-check.sh")], capture_output=True, text=True, env=env, timeout=300, check=False)
-    settings = yaml.safe_load((tmp_path / "work/inventory/group_vars/all.yml").read_text())
+    work = tmp_path / "work: it's #1"
+    settings = yaml.safe_load((work / "inventory/group_vars/all.yml").read_text())
     assert (settings["cuda_method"], settings["cuda_version"], settings["nvidia_driver_branch"]) == ("preinstalled", "12.8", "575"), proc.stdout
     assert settings["megaprov_gpu_model"] == "H200" and settings["cuda_home"] == str(tmp_path)
     # nccl-tests for this GPU's capability, against the training environment's NCCL, in the share's layout
     assert settings["nccl_tests_gencode"] == "-gencode=arch=compute_90,code=sm_90" and settings["nccl_method"] == "none"
-    assert settings["nccl_tests_dir"] == str(tmp_path / "work/shared/opt/nccl-tests") and (tmp_path / "work/shared/megaprov/baselines").is_dir()
+    assert settings["nccl_tests_dir"] == str(work / "shared/opt/nccl-tests") and (work / "shared/megaprov/baselines").is_dir()
+    assert settings["megaprov_shared_dir"] == str(work / "shared")
     summary = proc.stdout.split("== summary", 1)[1]
     assert "driver: 575.57.08 (branch 575; runs CUDA <= 12.9 by nvidia-smi, <= 12.9 by megaprov/compat.yml)" in summary
     assert "CUDA: toolkit 12.8; megaprov uses cuda_method=preinstalled cuda_version=12.8, torch build cu126" in summary
