@@ -9,9 +9,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def load_module(path: Path, name: str):
     """Import an Ansible module file (roles/*/library/*.py) to test its pure functions."""
-    spec = importlib.util.spec_from_file_location(name, path)
+    # Its __name__ is the dotted path from the repository root (roles.nccl.library.megaprov_nccl_check): the name the
+    # mutation benchmark (benchmarks/bench_mutation.py) gives its functions. `name` stays an alias in sys.modules.
+    path = Path(path).resolve()
+    qualified = ".".join(path.relative_to(ROOT).with_suffix("").parts) if path.is_relative_to(ROOT) else name
+    spec = importlib.util.spec_from_file_location(qualified, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[name] = sys.modules[qualified] = module
     spec.loader.exec_module(module)
     return module
 

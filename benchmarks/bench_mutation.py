@@ -1,0 +1,219 @@
+"""Mutation score of the pure core, per module, killed by the fast test tiers (unit and CLI).
+
+mutmut (3.x) is the tool: it was the one of mutmut, cosmic-ray and pytest-gremlins that PyPI serves here, and its
+design suits this suite. It compiles every mutant of a module into one copy behind a per-function trampoline, so
+the module is imported once; it records which tests call which function and runs only those tests per mutant,
+forked from a process that has already collected them. cosmic-ray rewrites and re-imports the file per mutant
+and runs the whole selection each time (about 10x the cost on this 2-core machine).
+
+The run happens in a scratch copy of the working tree (tracked and untracked, not ignored files), so the checkout
+is never touched. A survivor counts against the score unless `benchmarks/mutation_equivalents.yml` explains it:
+each entry names the file, the function, the line before and after the mutation, and why the two behave the
+same. Score = killed / (mutants - explained equivalents); timeouts count as killed (the mutant hangs a test).
+
+    .venv/bin/python benchmarks/bench_mutation.py [--module planner ...] [--tests tests/unit/test_x.py ...]
+        [--survivors] [--check] [--jobs 2] [--keep DIR]
+
+--survivors prints the diff of every unexplained survivor; --check exits 1 when a module is under the target
+(85 %) or an entry of the equivalents file no longer matches any mutant (stale explanations are errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = 0.85
+EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents.yml"
+
+# The pure core and the roles' Python modules (what the issue names); short name -> path in the checkout.
+MODULES = {
+    "planner": "megaprov/planner.py",
+    "verdict": "megaprov/verdict.py",
+    "follow": "megaprov/follow.py",
+    "render": "megaprov/render.py",
+    "inventory": "megaprov/inventory.py",
+    "jobspec": "megaprov/jobspec.py",
+    "data": "megaprov/data.py",
+    "nccl_check": "roles/nccl/library/megaprov_nccl_check.py",
+    "gpu_state": "roles/nvidia_driver/library/megaprov_gpu_state.py",
+    "rdma_facts": "roles/infiniband/library/megaprov_rdma_facts.py",
+    "shared_check": "roles/nfs_client/library/megaprov_shared_check.py",
+    "ssh_check": "roles/ssh_mesh/library/megaprov_ssh_check.py",
+}
+FAST_TIERS = ["tests/unit", "tests/cli"]
+# Directories the tests read beside the code (they resolve paths from the repository root).
+ALSO_COPY = ["playbooks", "schemas", "examples", "inventories", "molecule", "scripts", "benchmarks", "ansible.cfg", "README.md"]
+KILLED = {"killed", "timeout"}
+
+
+@dataclass
+class Score:
+    module: str
+    total: int = 0
+    killed: int = 0
+    equivalent: int = 0
+    survivors: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        counted = self.total - self.equivalent
+        return self.killed / counted if counted else 1.0
+
+
+def scratch_copy(dest: Path) -> None:
+    """The working tree as git sees it (tracked + untracked, not ignored), without .venv, .git or state."""
+    listing = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for rel in filter(None, listing.decode().split("\0")):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def configure(dest: Path, paths: list[str], tests: list[str]) -> None:
+    """[tool.mutmut] for this run: mutate only the chosen files; the roles' modules are copied as sources too."""
+    sources = sorted({"megaprov"} | {"roles" for p in paths if p.startswith("roles/")})
+    also = [p for p in ALSO_COPY if (dest / p).exists()] + ([] if "roles" in sources else ["roles"])
+    config = (
+        "\n[tool.mutmut]\n"
+        f"source_paths = {json.dumps(sources)}\n"
+        f"only_mutate = {json.dumps(paths)}\n"
+        f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "-m", "not slow"]\n'
+        f"also_copy = {json.dumps(also)}\n"
+        "use_git_change_detection = false\n"
+    )
+    with (dest / "pyproject.toml").open("a") as fh:
+        fh.write(config)
+
+
+def load_equivalents() -> list[dict[str, str]]:
+    if not EQUIVALENTS.exists():
+        return []
+    entries = yaml.safe_load(EQUIVALENTS.read_text()) or []
+    for i, e in enumerate(entries):
+        missing = {"file", "function", "before", "after", "why"} - set(e)
+        if missing:
+            sys.exit(f"{EQUIVALENTS.name} entry {i + 1}: missing {', '.join(sorted(missing))}")
+    return entries
+
+
+def changed_lines(diff: str) -> tuple[str, str]:
+    """The removed and added lines of a mutant's diff, stripped and joined (mutmut changes one expression)."""
+    body = [line for line in diff.splitlines() if not line.startswith(("---", "+++", "@@"))]
+    before = " / ".join(line[1:].strip() for line in body if line.startswith("-"))
+    after = " / ".join(line[1:].strip() for line in body if line.startswith("+"))
+    return before, after
+
+
+def function_of(name: str) -> str:
+    """megaprov.verdict.x_mann_kendall__mutmut_5 -> mann_kendall; a method xǁClassǁname -> Class.name."""
+    leaf = name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
+    leaf = leaf[2:] if leaf.startswith("x_") else leaf.removeprefix("x")
+    return leaf.strip("ǁ").replace("ǁ", ".")
+
+
+def collect(dest: Path, paths: dict[str, str], equivalents: list[dict[str, str]], used: set[int]) -> list[tuple[Score, list[str]]]:
+    os.chdir(dest)
+    from mutmut.__main__ import status_by_exit_code  # type: ignore[import-not-found]
+    from mutmut.mutation.diff_apply import get_diff_for_mutant  # type: ignore[import-not-found]
+
+    out = []
+    for short, rel in paths.items():
+        meta = json.loads((dest / "mutants" / f"{rel}.meta").read_text())
+        score = Score(short)
+        diffs = []
+        for name, code in sorted(meta["exit_code_by_key"].items()):
+            score.total += 1
+            status = status_by_exit_code[code]
+            if status in KILLED:
+                score.killed += 1
+                continue
+            diff = get_diff_for_mutant(name, path=Path(rel))
+            before, after = changed_lines(diff)
+            func = function_of(name)
+            key = (rel, func, before, after)
+            match = next((i for i, e in enumerate(equivalents) if (e["file"], e["function"], e["before"], e["after"]) == key), None)
+            if match is not None:
+                used.add(match)
+                score.equivalent += 1
+                continue
+            score.survivors.append(name)
+            diffs.append(f"# {name}: {status}\n{diff}")
+        out.append((score, diffs))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--module", action="append", choices=sorted(MODULES), help="a module to mutate (repeat; default: all)")
+    ap.add_argument("--tests", nargs="+", default=FAST_TIERS, help="the test selection (default: the fast tiers, tests/unit tests/cli)")
+    ap.add_argument("--survivors", action="store_true", help="print the diff of every unexplained survivor")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 when a module scores under {TARGET:.0%} or an equivalent entry is stale")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once")
+    ap.add_argument("--keep", type=Path, help="run in this directory and keep it (default: a temporary one)")
+    args = ap.parse_args()
+
+    mutmut = Path(sys.executable).parent / "mutmut"
+    if not mutmut.exists():
+        print("mutmut is not installed in this venv: run scripts/setup.sh (the test extra carries it)", file=sys.stderr)
+        return 2
+    chosen = {m: MODULES[m] for m in (args.module or MODULES)}
+    equivalents = load_equivalents()
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="megaprov-mutation-"))
+    if args.keep and workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        scratch_copy(workdir)
+        configure(workdir, list(chosen.values()), args.tests)
+        start = time.monotonic()
+        env = {**os.environ, "NO_COLOR": "1", "MEGAPROV_MUTATION": "1"}
+        proc = subprocess.run([str(mutmut), "run", "--max-children", str(args.jobs)], cwd=workdir, env=env, capture_output=True, text=True)
+        elapsed = time.monotonic() - start
+        if proc.returncode != 0 or not all((workdir / "mutants" / f"{p}.meta").exists() for p in chosen.values()):
+            print((proc.stdout + proc.stderr)[-4000:], file=sys.stderr)
+            print(f"mutmut run failed (exit {proc.returncode})", file=sys.stderr)
+            return 2
+        used: set[int] = set()
+        results = collect(workdir, chosen, equivalents, used)
+    finally:
+        os.chdir(ROOT)
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    print(f"mutmut {len(chosen)} module(s), tests: {' '.join(args.tests)}, {elapsed:.0f} s, {args.jobs} at once")
+    print(f"{'module':<14}{'mutants':>8}{'killed':>8}{'equiv':>7}{'survive':>8}{'score':>8}")
+    failed = False
+    for score, diffs in results:
+        flag = "" if score.score >= TARGET else "  < target"
+        failed |= bool(flag)
+        print(f"{score.module:<14}{score.total:>8}{score.killed:>8}{score.equivalent:>7}{len(score.survivors):>8}{score.score:>8.1%}{flag}")
+        if args.survivors:
+            for d in diffs:
+                print(d)
+    total = sum(s.total for s, _ in results)
+    killed = sum(s.killed for s, _ in results)
+    eq = sum(s.equivalent for s, _ in results)
+    print(f"{'all':<14}{total:>8}{killed:>8}{eq:>7}{total - killed - eq:>8}{killed / max(total - eq, 1):>8.1%}")
+    chosen_files = set(chosen.values())
+    stale = [e for i, e in enumerate(equivalents) if e["file"] in chosen_files and i not in used]
+    for e in stale:
+        print(f"stale equivalent entry (matches no surviving mutant): {e['file']} {e['function']}: {e['before']!r} -> {e['after']!r}")
+    return 1 if args.check and (failed or stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
