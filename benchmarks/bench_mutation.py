@@ -7,8 +7,8 @@ forked from a process that has already collected them. cosmic-ray rewrites and r
 and runs the whole selection each time (about 10x the cost on this 2-core machine).
 
 The run happens in a scratch copy of the working tree (tracked and untracked, not ignored files), so the checkout
-is never touched. A survivor counts against the score unless `benchmarks/mutation_equivalents.yml` explains it:
-each entry names the file, the function, the line before and after the mutation, and why the two behave the
+is never touched. A survivor counts against the score unless `benchmarks/mutation_equivalents/<module>.yml` explains
+it: each entry names the file, the function, the line before and after the mutation, and why the two behave the
 same. Score = killed / (mutants - explained equivalents); timeouts count as killed (the mutant hangs a test).
 
     .venv/bin/python benchmarks/bench_mutation.py [--module planner ...] [--tests tests/unit/test_x.py ...]
@@ -35,7 +35,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 0.85
-EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents.yml"
+EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents"
 
 # The pure core and the roles' Python modules (what the issue names); short name -> path in the checkout.
 MODULES = {
@@ -100,13 +100,14 @@ def configure(dest: Path, paths: list[str], tests: list[str]) -> None:
 
 
 def load_equivalents() -> list[dict[str, str]]:
-    if not EQUIVALENTS.exists():
-        return []
-    entries = yaml.safe_load(EQUIVALENTS.read_text()) or []
-    for i, e in enumerate(entries):
-        missing = {"file", "function", "before", "after", "why"} - set(e)
-        if missing:
-            sys.exit(f"{EQUIVALENTS.name} entry {i + 1}: missing {', '.join(sorted(missing))}")
+    """Every explained survivor, from one file per module (so that each module's file has one author at a time)."""
+    entries: list[dict[str, str]] = []
+    for path in sorted(EQUIVALENTS.glob("*.yml")):
+        for i, e in enumerate(yaml.safe_load(path.read_text()) or []):
+            missing = {"file", "function", "before", "after", "why"} - set(e)
+            if missing:
+                sys.exit(f"{path.relative_to(ROOT)} entry {i + 1}: missing {', '.join(sorted(missing))}")
+            entries.append(e)
     return entries
 
 

@@ -26,4 +26,4 @@ else
   echo "test: no Python 3.12 here; the unit and CLI tests run on $(.venv/bin/python --version) only"
 fi
 # pytest exits 5 when it collected no test: set -e makes that a failure, never a silent pass.
-exec .venv/bin/pytest tests "$@"
+exec .venv/bin/pytest --durations=40 tests "$@"
