@@ -100,6 +100,7 @@ def train(dataset, tag, iters, tp=1, divisible=128, nproc=2, port=29561):
     return [float(m.group(8)) for m in lines if m], proc.stdout
 
 
+@pytest.mark.slow
 def test_two_ranks_train_checkpoint_and_resume(dataset):
     losses, out = train(dataset, "dp", 6)
     assert len(losses) == 6 and losses[-1] < losses[0] * 0.9, losses
@@ -117,6 +118,7 @@ def test_two_ranks_train_checkpoint_and_resume(dataset):
     assert len(resumed) == 2 and resumed[0] < losses[0]
 
 
+@pytest.mark.slow
 def test_tensor_parallel_gives_the_same_losses(dataset):
     """TP=2 (one data-parallel rank) and TP=1 x DP=2 see the same global batches; with the same padded vocabulary
     (384: TP=1 pads to 128s, TP=2 with 64 per rank to 2 x 64s) the losses agree."""
@@ -125,6 +127,7 @@ def test_tensor_parallel_gives_the_same_losses(dataset):
     assert two == pytest.approx(one, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_shape_is_refused(dataset):
     train(dataset, "shape", 3)
     argv = " ".join(GOLDEN).replace("/shared/data/lab_text_document", str(dataset / "lab_text_document"))
