@@ -1,15 +1,14 @@
 # ruff: noqa: UP030, UP032  (the lines are built with the format strings exactly as Megatron-LM writes them)
 """The follower's parser on lines built from Megatron-LM's own format strings (several versions), its state
-machine (restarts, node exits), metrics files, and the verdict's statistics."""
+machine (restarts, node exits) and its metrics files. The verdict's tests are in test_verdict.py."""
 
 import json
 import math
-import random
 from datetime import datetime
 
 import pytest
 
-from megaprov import follow, trainer, verdict
+from megaprov import follow, trainer
 
 
 def megatron_v04_line(it, total, consumed, ms, lr, batch, loss, grad, skipped, nan):
@@ -126,6 +125,21 @@ def test_restart_that_resumes_where_it_stopped_is_counted_from_the_start_line():
     assert log.loads == [20]
 
 
+def test_restart_that_resumes_at_the_last_logged_iteration_is_a_restart():
+    """Iterations 1..21 logged (``--log-interval 1``), the last checkpoint at 20, the workers die after 21. torchrun
+    restarts them in place (its ``--max-restarts``: no new megaprov start line), they load iteration 20 and the next
+    line logged is iteration 21 again: the same iteration as the last one logged before the failure, not a lower
+    one. One iteration's work was lost."""
+    log = follow.JobLog(seq_length=128)
+    feed_run(log, "node2", range(1, 22), 1.0)
+    log.feed("node1", "  successfully saved checkpoint from iteration      20 to /shared/c [ t 1/1, p 1/1 ]", 1.0)
+    log.feed("node1", "  successfully loaded checkpoint from /shared/c [ t 1/1, p 1/1 ] at iteration 20", 4.0)
+    feed_run(log, "node2", [21], 6.0, loss=lambda i: 1.5)
+    assert [(r.seen, r.last_iteration, r.resumed_from, r.lost_iterations, r.first_iteration_seen) for r in log.restarts] == [(1.0, 21, 20, 1, 6.0)]
+    assert log.iterations[21].attempt == 1 and log.iterations[21].loss == 1.5 and log.iterations[20].attempt == 0
+    assert (log.furthest, log.current, log.saves, log.loads) == (21, 21, [20], [20])
+
+
 def test_node_states_from_the_script_lines():
     log = follow.JobLog(seq_length=16)
     start = "megaprov: node {h} (node rank {r}): torchrun starting at 2026-11-30T01:00:00.000Z"
@@ -187,163 +201,19 @@ def test_gpu_samples_skip_unreadable_rows(tmp_path):
     assert [r["util"] for r in follow.during(rows, follow.training_window(log))] == [97.0]  # the idle sample after the run is left out
 
 
-# ---- verdict
-
-
-def series(losses, ms=50.0, attempt=0):
-    return [
-        follow.Iteration(i + 1, len(losses), loss=x, ms_per_iteration=ms, tokens_per_second=1000.0, attempt=attempt) for i, x in enumerate(losses)
-    ]
-
-
-def test_loss_trend_passes_a_noisy_falling_curve_and_fails_a_flat_one():
-    rng = random.Random(7)
-    falling = [5.0 * math.exp(-i / 40) + 2.0 + rng.gauss(0, 0.15) for i in range(60)]
-    flat = [5.5 + rng.gauss(0, 0.15) for _ in range(60)]
-    assert verdict.loss_check(series(falling), 20).status == verdict.PASS
-    bad = verdict.loss_check(series(flat), 20)
-    assert bad.status == verdict.FAIL and "no falling trend" in bad.detail and "train.lr" in bad.detail
-
-
-def test_loss_trend_is_not_first_versus_last():
-    # lower at the end than at the start, yet no trend: one lucky last batch must not pass
-    values = [5.0 + 0.2 * ((-1) ** i) for i in range(40)] + [3.0]
-    assert verdict.loss_check(series(values), 20).status == verdict.FAIL
-
-
-def test_loss_trend_needs_the_window():
-    check = verdict.loss_check(series([5, 4, 3]), 20)
-    assert check.status == verdict.FAIL and "verify.loss_window" in check.detail
-
-
-def test_mann_kendall_matches_the_textbook_statistic():
-    z, tau = verdict.mann_kendall([1.0, 2.0, 3.0, 4.0, 5.0])
-    assert tau == 1.0 and z == pytest.approx((10 - 1) / math.sqrt(5 * 4 * 15 / 18))
-
-
-def test_nan_throughput_gpu_and_alive_checks():
-    s = series([5.0, 4.0, 3.0])
-    s[1].nan = 1
-    assert verdict.nan_check(s).status == verdict.FAIL
-    ok, measured = verdict.throughput_check(series([1.0] * 10), 900.0, 0.8, "spec")
-    assert ok.status == verdict.PASS and measured == 1000.0
-    slow, _ = verdict.throughput_check(series([1.0] * 10), 2000.0, 0.8, "the plan")
-    assert slow.status == verdict.FAIL and "too slow" in slow.detail
-    assert verdict.gpu_check({}, False, 0.8).detail == "skipped: no GPU (CPU nodes)"
-    idle = {"n1": [{"gpu": 0, "util": 30.0, "mem_used": 10.0, "mem_total": 80.0}]}
-    assert verdict.gpu_check(idle, True, 0.8).status == verdict.FAIL
-    busy = {"n1": [{"gpu": 0, "util": 95.0, "mem_used": 60.0, "mem_total": 80.0}]}
-    assert verdict.gpu_check(busy, True, 0.8).status == verdict.PASS
-    log = follow.JobLog(seq_length=16)
-    feed_run(log, "node2", range(1, 61), 1.0)
-    for host, rank in (("node1", 0), ("node2", 1)):
-        log.feed(host, f"megaprov: node {host} (node rank {rank}): torchrun starting at 2026-11-30T01:00:00.000Z", 0)
-    log.feed("node1", "megaprov: node node1 (node rank 0): torchrun exited with 0 at 2026-11-30T01:00:09.000Z", 0)
-    dead = verdict.alive_check(log, ["node1", "node2"])
-    assert dead.status == verdict.FAIL and "node2 (running)" in dead.detail
-    log.feed("node2", "megaprov: node node2 (node rank 1): torchrun exited with 0 at 2026-11-30T01:00:09.000Z", 0)
-    assert verdict.alive_check(log, ["node1", "node2"]).status == verdict.PASS
-
-
-def test_steady_skips_the_first_iterations_of_each_attempt():
-    s = series([5.0] * 5) + series([4.0] * 5, attempt=1)
-    assert len(verdict.steady(s)) == 6
-
-
-def test_report_files(tmp_path):
-    log = follow.JobLog(seq_length=16)
-    feed_run(log, "node2", range(1, 31), 1.0)
-    judged = verdict.Verdict(True, [verdict.Check("loss falling", verdict.PASS, "z=-5")])
-    job = {"name": "r", "nodes": 2, "gpus_per_node": 1, "trainer": "lab"}
-    report = verdict.report_dict(job, judged, log, 1234.0, {"node1": "#!/bin/bash\ntorchrun ...\n"}, {"megaprov_start_to_units_started_s": 4.2})
-    paths = verdict.write_report(tmp_path, report, log.series())
-    assert json.loads(paths["json"].read_text())["verdict"] == "passed"
-    text = paths["markdown"].read_text()
-    assert "| loss falling | pass | z=-5 |" in text and "torchrun ..." in text
-    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-# ---- per-node evidence for the throughput verdict (lines the lab trainer prints, built with its own functions)
-
-
-def evidence_log(compute_ms, launch=None):
-    """Two nodes' logs: iterations on node2, each rank's straggler windows (and start-up GEMM rates) in its own log."""
-    log = follow.JobLog(seq_length=128)
-    feed_run(log, "node2", range(1, 31), 1.0)
-    for rank, (host, ms) in enumerate(compute_ms.items()):
-        if launch:
-            log.feed(host, trainer.compute_line(rank, launch[host], 1024, 4), 0.5)
-        for first in (1, 11, 21):
-            log.feed(host, trainer.straggler_line(rank, first, first + 9, ms * (3 if first == 1 else 1), 5.0), 1.0)
-    return log
-
-
 def test_the_trainers_evidence_lines_are_parsed_per_node():
     line = trainer.straggler_line(1, 11, 20, 812.4, 3.25)
     assert follow.parse_iteration(line) is None
     kind, fields = follow.parse_evidence(line)
     assert kind == "straggler"
     assert follow.parse_rank_compute(fields) == follow.RankCompute(1, 11, 20, 812.4, 3.25)
-    log = evidence_log({"node1": 98.0, "node2": 812.0}, launch={"node1": 0.0152, "node2": 0.0017})
+    # each rank's lines go into its own node's log: node1 carries rank 0, node2 rank 1
+    log = follow.JobLog(seq_length=128)
+    feed_run(log, "node2", range(1, 31), 1.0)
+    for rank, (host, rate) in enumerate({"node1": 0.0152, "node2": 0.0017}.items()):
+        log.feed(host, trainer.compute_line(rank, rate, 1024, 4), 0.5)
+        for first in (1, 11, 21):
+            log.feed(host, trainer.straggler_line(rank, first, first + 9, 100.0, 5.0), 1.0)
     assert log.launch_rates == {"node1": {0: 0.0152}, "node2": {1: 0.0017}}
     assert [w.first for w in log.rank_compute["node2"]] == [1, 11, 21] and log.errors == []
     assert follow.parse_evidence("megaprov.trainer: something failed") is None
-
-
-def test_a_slow_node_is_named_with_how_much_slower_it_is():
-    log = evidence_log({"node1": 98.0, "node2": 812.0, "node3": 101.0})
-    per_node = verdict.node_compute_ms(log.rank_compute)
-    assert per_node == {"node1": 98.0, "node2": 812.0, "node3": 101.0}  # the first window (start-up) is left out
-    (host, ms, others), *rest = verdict.stragglers(per_node)
-    assert (host, ms, others, rest) == ("node2", 812.0, 99.5, [])
-    check, _ = verdict.throughput_check(series([1.0] * 10), 5000.0, 0.8, "the plan", verdict.slow_nodes(log, {}), per_node)
-    assert check.status == verdict.FAIL
-    assert "node2 is 8.2x slower than the median node (812 ms of compute per iteration, others 100 ms)" in check.detail
-    assert verdict.stragglers({"node1": 98.0, "node2": 120.0}) == [] and verdict.stragglers({"node1": 900.0}) == []
-
-
-def test_a_node_throttled_since_it_was_measured_is_named():
-    log = evidence_log({"node1": 100.0, "node2": 104.0}, launch={"node1": 0.0150, "node2": 0.0016})
-    slow = verdict.slow_nodes(log, {"node1": 0.0156, "node2": 0.0166})
-    assert slow == ["node2 computed 1.6 GFLOP/s at start-up, 0.10x the 16.6 GFLOP/s it was measured at (throttled or busy)"]
-    assert verdict.slow_nodes(log, {}) == []  # nothing stored: nothing to compare with
-
-
-def test_a_passing_throughput_shows_each_nodes_compute_and_a_uniformly_slow_cluster_says_so():
-    per_node = {"node1": 98.0, "node2": 101.0}
-    ok, _ = verdict.throughput_check(series([1.0] * 10), 900.0, 0.8, "the plan", [], per_node)
-    assert ok.status == verdict.PASS and ok.detail.endswith("compute per iteration: node1 98 ms, node2 101 ms")
-    slow, _ = verdict.throughput_check(series([1.0] * 10), 5000.0, 0.8, "the plan", [], per_node)
-    assert "no single node stands out" in slow.detail
-
-
-def test_a_busier_machine_lowers_the_expectation_by_the_median_nodes_start_up_rate():
-    stored = {"node1": 0.040, "node2": 0.040, "node3": 0.040}
-    busy = {"node1": {0: 0.020}, "node2": {1: 0.022}, "node3": {2: 0.018}}
-    assert verdict.launch_factor(busy, stored) == pytest.approx(0.5)
-    one_slow = {"node1": {0: 0.041}, "node2": {1: 0.004}, "node3": {2: 0.039}}
-    assert verdict.launch_factor(one_slow, stored) == pytest.approx(0.975)  # one slow node does not move the median
-    assert verdict.launch_factor({"node1": {0: 0.09}}, stored) == 1.0 and verdict.launch_factor({}, stored) is None
-    every_node_throttled = {"node1": {0: 0.004}, "node2": {1: 0.004}, "node3": {2: 0.005}}
-    assert verdict.launch_factor(every_node_throttled, stored) == verdict.LOAD_FACTOR_MIN
-    log = evidence_log({"node1": 100.0, "node2": 104.0}, launch={"node1": 0.020, "node2": 0.020})
-    args = (log, ["node1", "node2"], 3, 30000.0, 0.8, "the plan", False, 0.0, {}, {"node1": 0.040, "node2": 0.040})
-    scaled, _ = verdict.judge(*args, follow_load=True)
-    tp = next(c for c in scaled.checks if c.name == "throughput")
-    assert tp.status == verdict.PASS and "expected 15,000 (the plan; x 0.50: the median node computed at 0.50" in tp.detail
-    fixed, _ = verdict.judge(*args, follow_load=False)  # an explicit verify.tokens_per_second is not scaled
-    assert next(c for c in fixed.checks if c.name == "throughput").status == verdict.FAIL
-
-
-def test_a_node_that_holds_the_others_back_fails_the_check_even_above_the_floor():
-    # the lab with one node at 10 % of a CPU: above an absolute floor, but the others compute 4x faster and wait
-    log = evidence_log({"node1": 270.0, "node2": 1106.0}, launch={"node1": 0.0537, "node2": 0.0056})
-    stored = {"node1": 0.0156, "node2": 0.0166}
-    per_node = verdict.node_compute_ms(log.rank_compute)
-    check, _ = verdict.throughput_check(series([1.0] * 10), 291.0, 0.8, "the plan", verdict.slow_nodes(log, stored), per_node)
-    assert check.status == verdict.FAIL
-    assert "but the job ran at the pace of node2: the other nodes computed 4.1x faster and waited for it" in check.detail
-    assert "node2 is 4.1x slower than the median node" in check.detail and "node2 computed 5.6 GFLOP/s at start-up, 0.34x" in check.detail
-    # the same two nodes within 2x of each other (a busy machine's noise) pass
-    even = verdict.node_compute_ms(evidence_log({"node1": 626.0, "node2": 931.0}).rank_compute)
-    assert verdict.throughput_check(series([1.0] * 10), 291.0, 0.8, "the plan", [], even)[0].status == verdict.PASS
