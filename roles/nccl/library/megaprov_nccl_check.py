@@ -31,11 +31,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-# One result row: size count type redop root, then out-of-place and in-place (time algbw busbw #wrong).
+# One result row: size count type redop root, then out-of-place and in-place (time algbw busbw #wrong). nccl-tests
+# 2.19's getFloatStr (src/util.cu) prints a value too wide for its column as "%7.1e" (a time of 10 s or more: 1.4e+07).
+NUM = r"[\d.]+(?:e[+-]?\d+)?"
 ROW = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)"
-    r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
-    r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s*$"
+    rf"\s+({NUM})\s+({NUM})\s+({NUM})\s+(\S+)"
+    rf"\s+({NUM})\s+({NUM})\s+({NUM})\s+(\S+)\s*$"
 )
 AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.eE+-]+)", re.M)
 OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.M)
