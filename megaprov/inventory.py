@@ -127,6 +127,11 @@ def _expand_ranges(pattern: str, where: str) -> list[str]:
         raise InventoryError(f"{where}: bad host range in {pattern!r}", "both ends must be numbers or both letters")
     if start.isdigit():
         width = len(start) if start.startswith("0") else 0
+        if width > 1 and len(end) != width:  # as Ansible's expand_hostname_range, which refuses node[01:100]
+            raise InventoryError(
+                f"{where}: host range {pattern!r} pads its first bound to {width} digits but not its last",
+                f"write both bounds with the same number of digits, e.g. [{start.zfill(len(end))}:{end}], or drop the leading zero",
+            )
         names = [str(i).zfill(width) for i in range(int(start), int(end) + 1)]
     else:
         names = [chr(c) for c in range(ord(start), ord(end) + 1)]
@@ -271,16 +276,49 @@ def _load_yaml_vars(path: Path) -> dict[str, Any]:
     return data
 
 
+VARS_EXTENSIONS = (".yml", ".yaml", ".json")
+
+
+def _ignored(entry: Path) -> bool:
+    """A hidden entry or an editor's backup, which Ansible's variable loader skips (``.gitkeep``, ``all.yml~``)."""
+    return entry.name.startswith(".") or entry.name.endswith("~")
+
+
 def _vars_dir(base: Path, name: str) -> list[Path]:
-    """Files Ansible reads for group_vars/<name> or host_vars/<name>. A link that leads nowhere (a loop, a
-    dangling target) is returned too, so that reading it says what is wrong instead of skipping it."""
-    candidates = [base / f"{name}{ext}" for ext in ("", ".yml", ".yaml", ".json")]
-    files = [p for p in candidates if p.is_file() or (p.is_symlink() and not p.is_dir())]
-    if (base / name).is_dir():
-        found = sorted((base / name).rglob("*"))
-        if len(found) > values.MAX_HOSTS:
-            raise InventoryError(f"{base / name}: {len(found):,} entries", "keep a variables directory to a few files")
-        files += [p for p in found if (p.is_file() or (p.is_symlink() and not p.is_dir())) and p.suffix in (".yml", ".yaml", ".json", "")]
+    """Files Ansible reads for group_vars/<name> or host_vars/<name>, as its loader's ``find_vars_files`` finds them:
+    only the first of <name> (a file or a directory), <name>.yml, <name>.yaml, <name>.json that exists; in a
+    directory, every file without an extension or with one of those, in sorted order, subdirectories without an
+    extension walked, hidden entries and backups skipped. A link that leads nowhere (a loop, a dangling target) is
+    returned too, so that reading it says what is wrong instead of skipping it."""
+    for candidate in (base / f"{name}{ext}" for ext in ("", *VARS_EXTENSIONS)):
+        if candidate.is_dir():
+            return _dir_vars_files(candidate)
+        if candidate.is_file() or candidate.is_symlink():
+            return [candidate]
+    return []
+
+
+def _dir_vars_files(top: Path) -> list[Path]:
+    """The variables files of a group_vars/<name>/ directory, depth first in sorted order (an explicit stack:
+    a deep tree cannot exhaust Python's); more than MAX_HOSTS entries (a link loop among them) is an error."""
+    files: list[Path] = []
+    seen = 0
+    stack = [iter(sorted(top.iterdir()))]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        seen += 1
+        if seen > values.MAX_HOSTS:
+            raise InventoryError(f"{top}: more than {values.MAX_HOSTS:,} entries", "keep a variables directory to a few files")
+        if _ignored(entry):
+            continue
+        if entry.is_dir():
+            if not entry.suffix:
+                stack.append(iter(sorted(entry.iterdir())))
+        elif (entry.is_file() or entry.is_symlink()) and entry.suffix in ("", *VARS_EXTENSIONS):
+            files.append(entry)
     return files
 
 
@@ -603,7 +641,10 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
         if not base.is_dir():
             continue
         for entry in sorted(base.iterdir()):
-            name = entry.name.split(".")[0] if not entry.is_dir() else entry.name
+            if _ignored(entry):
+                continue
+            # group_vars/gpu_nodes.yml is gpu_nodes, host_vars/n1.example.org.yml and host_vars/n1.example.org are n1.example.org
+            name = entry.stem if entry.suffix in VARS_EXTENSIONS and not entry.is_dir() else entry.name
             if target == "group" and name not in resolved and name != "all":
                 raise InventoryError(f"{entry}: group_vars for unknown group {name!r}", f"rename it to one of: {', '.join(sorted(resolved))}")
             if target == "host" and name not in hosts:
@@ -623,7 +664,10 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
     gpu_stack_checks(inventory, roles_dir)
     seen: dict[tuple[str, int], str] = {}
     for name in hosts:
-        key = (inventory.host_var(name, "ansible_host", name), int(inventory.host_var(name, "ansible_port", 22)))
+        port = inventory.host_var(name, "ansible_port", 22)
+        if isinstance(port, str) and "{{" in port:
+            continue  # templated: Ansible resolves it later, so two hosts cannot be compared before it connects
+        key = (inventory.host_var(name, "ansible_host", name), int(port))
         if key in seen:
             raise InventoryError(
                 f"{path}: hosts {seen[key]!r} and {name!r} both point at {key[0]}:{key[1]}",

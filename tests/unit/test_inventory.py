@@ -283,3 +283,72 @@ def test_parsing_is_linear(tmp_path):
 def test_a_huge_range_is_refused_without_expanding_it(tmp_path):
     with pytest.raises(InventoryError, match="expands to 100,000,000 hosts"):
         load(write(tmp_path, "[head]\nh1\n[gpu_nodes]\nnode[0:99999999]\n"))
+
+
+# ---- read as Ansible reads it (each case checked with `ansible-inventory --list/--host`, ansible-core 2.19.14)
+
+
+def test_a_zero_padded_range_needs_bounds_of_one_width(tmp_path):
+    # Ansible refuses n[01:100] ("host range must specify equal-length begin and end formats"); megaprov took it as
+    # n01..n99, n100 and the play then failed to parse the inventory megaprov had accepted.
+    with pytest.raises(InventoryError) as err:
+        load(write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn[01:100]\n"))
+    line = err.value.one_line()
+    assert "'n[01:100]'" in line and "same number of digits" in line and "[001:100]" in line
+    # What Ansible accepts: padded bounds of one width; an unpadded first bound (a lone 0 is not padding).
+    assert load(write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn[001:100]\n")).hosts_of("gpu_nodes")[::33] == ["n001", "n034", "n067", "n100"]
+    assert load(write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn[0:10]\n")).hosts_of("gpu_nodes") == [f"n{i}" for i in range(11)]
+    assert load(write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn[1:100]\n")).hosts_of("gpu_nodes")[-2:] == ["n99", "n100"]
+
+
+def test_host_vars_of_a_dotted_host_name(tmp_path):
+    # host_vars/n1.example.org.yml belongs to n1.example.org; megaprov cut the name at the first dot and refused
+    # the file as "host_vars for unknown host 'n1'".
+    path = write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn1.example.org\nn2.example.org\n")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "n1.example.org.yml").write_text("ansible_user: alice\n")
+    (tmp_path / "host_vars" / "n2.example.org").write_text("ansible_user: bob\n")
+    inventory = load(path)
+    assert inventory.host_var("n1.example.org", "ansible_user") == "alice"
+    assert inventory.host_var("n2.example.org", "ansible_user") == "bob"
+
+
+def test_hidden_files_and_backups_in_vars_directories_are_skipped(tmp_path):
+    # A .gitkeep in group_vars/ was "group_vars for unknown group ''"; a hidden or backup file inside group_vars/all/
+    # was read although Ansible skips it (ansible-inventory --host n1 shows only b).
+    path = write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn1\n")
+    gv = tmp_path / "group_vars"
+    (gv / "all" / "sub").mkdir(parents=True)
+    (gv / ".gitkeep").write_text("")
+    (gv / "all.yml~").write_text("a: 1\n")
+    (gv / "all" / "main.yml").write_text("b: 2\n")
+    (gv / "all" / ".old.yml").write_text("c: 3\n")
+    (gv / "all" / "main.yml~").write_text("d: 4\n")
+    (gv / "all" / "notes.txt").write_text("e: 5\n")
+    (gv / "all" / "sub" / "more").write_text("f: 6\n")
+    inventory = load(path)
+    assert {k: inventory.host_var("n1", k) for k in "abcdef"} == {"a": None, "b": 2, "c": None, "d": None, "e": None, "f": 6}
+
+
+def test_a_vars_directory_hides_the_file_of_the_same_name(tmp_path):
+    # Ansible's loader takes the first of group_vars/all (file or directory), all.yml, all.yaml, all.json and
+    # stops: with both all/ and all.yml, all.yml is never read (ansible-inventory --host n1 shows only b).
+    path = write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn1\n")
+    (tmp_path / "group_vars" / "all").mkdir(parents=True)
+    (tmp_path / "group_vars" / "all.yml").write_text("a: 1\nmegaprov_gpus_per_node: eight\n")  # not read, so not checked
+    (tmp_path / "group_vars" / "all" / "main.yml").write_text("b: 2\n")
+    inventory = load(path)
+    assert (inventory.host_var("n1", "a"), inventory.host_var("n1", "b")) == (None, 2)
+    (tmp_path / "group_vars" / "gpu_nodes.yml").write_text("c: 3\n")
+    (tmp_path / "group_vars" / "gpu_nodes.json").write_text('{"c": 4, "d": 5}\n')
+    inventory = load(path)
+    assert (inventory.host_var("n1", "c"), inventory.host_var("n1", "d")) == (3, None)
+
+
+def test_a_templated_port_is_left_to_ansible(tmp_path):
+    # check_type leaves '{{ ... }}' to Ansible; the duplicate-address check then ran int() on it: a ValueError traceback.
+    inventory = load(write(tmp_path, '[head]\nh1\n[gpu_nodes]\nn1 ansible_port="{{ site_port }}"\nn2\n'))
+    assert inventory.host_var("n1", "ansible_port") == "{{ site_port }}"
+    # Literal ports are still compared: the same address on the same port twice is refused.
+    with pytest.raises(InventoryError, match="hosts 'n1' and 'n2' both point at n:2222"):
+        load(write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn1 ansible_host=n ansible_port=2222\nn2 ansible_host=n ansible_port='2222'\n"))
