@@ -41,7 +41,13 @@ def _url(root: str, rel: str, uid: int, gid: int) -> str:
 
 
 def _run(argv: list[str], timeout: int) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+    """The command's result; a hung or missing libnfs tool becomes a failed result (the module's message), not a traceback."""
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, b"", f"{argv[0]} timed out after {timeout} s".encode())
+    except OSError as exc:
+        return subprocess.CompletedProcess(argv, 127, b"", f"{argv[0]}: {exc.strerror}".encode())
 
 
 def check_file(name: str, digest: str) -> str:
@@ -53,14 +59,17 @@ def write(p: dict, data: bytes, digest: str) -> str | None:
     rel = f"{p['subdir']}/{check_file(p['name'], digest)}"
     if p["access"] == "path":
         target = os.path.join(p["root"], rel)
-        for old in glob.glob(os.path.join(p["root"], p["subdir"], f"{PREFIX}{p['name']}-*")):
-            os.unlink(old)
-        tmp = f"{target}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        try:  # a missing subdir or a root-squashed/foreign-owned one: the module's message, not a traceback
+            for old in glob.glob(os.path.join(p["root"], p["subdir"], f"{PREFIX}{p['name']}-*")):
+                os.unlink(old)
+            tmp = f"{target}.tmp-{os.getpid()}"
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:
+            return str(exc)
         return None
     with tempfile.NamedTemporaryFile() as handle:
         handle.write(data)
