@@ -1,11 +1,13 @@
 """The infiniband role's detection on fake sysfs trees: which ports NCCL gets (exact list, compute fabric only),
 RoCE GIDs, GPUDirect RDMA (nvidia-peermem only with MLNX/DOCA OFED, DMA-BUF elsewhere), and ib_write_bw's argv."""
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible.module_utils.testing import patch_module_args
 
 from tests.conftest import load_module
 
@@ -255,3 +257,293 @@ def test_doca_path_installs_its_prerequisites_first_and_restarts_openibd_without
     assert "systemctl restart openibd" in handlers["Restart openibd"]["ansible.builtin.shell"]["cmd"]
     everything = "".join(p.read_text() for p in IB_ROLE.rglob("*.yml"))
     assert "ansible.builtin.reboot" not in everything
+
+
+# Smaller pieces, with values read off the kernel's sysfs layout.
+
+
+def test_pci_chain_is_the_pci_addresses_below_the_host_bridge(tmp_path):
+    nic = pci_device(tmp_path, ["0000:00:01.0", "0000:01:00.0", "0000:04:00.0"])
+    (nic / "infiniband" / "mlx5_0").mkdir(parents=True)
+    assert rdma.pci_chain(str(tmp_path / "bus" / "pci" / "devices" / "0000:04:00.0")) == ["0000:00:01.0", "0000:01:00.0", "0000:04:00.0"]
+    # a path below the device (not a PCI address) is left out; no host bridge (a virtual device): no chain
+    assert rdma.pci_chain(str(nic / "infiniband" / "mlx5_0")) == ["0000:00:01.0", "0000:01:00.0", "0000:04:00.0"]
+    (tmp_path / "devices" / "virtual" / "net" / "lo").mkdir(parents=True)
+    assert rdma.pci_chain(str(tmp_path / "devices" / "virtual" / "net" / "lo")) == []
+
+
+def test_ports_in_numeric_order_with_defaults_for_missing_files(tmp_path):
+    for port in (10, 2, 1):
+        fake_port(tmp_path, "hfi1_0", port, "4: ACTIVE", "100 Gb/sec (4X EDR)", "InfiniBand")
+    bare = tmp_path / "class" / "infiniband" / "mlx5_9" / "ports" / "1"
+    bare.mkdir(parents=True)  # a port whose attributes cannot be read
+    (tmp_path / "class" / "infiniband" / "rxe_nodir").mkdir()  # a device without ports/
+    found = rdma.ports(sysfs(tmp_path))
+    assert [(p["device"], p["port"]) for p in found] == [("hfi1_0", 1), ("hfi1_0", 2), ("hfi1_0", 10), ("mlx5_9", 1)]
+    assert found[3] == {
+        "device": "mlx5_9",
+        "port": 1,
+        "state": "UNKNOWN",
+        "rate": "",
+        "link_layer": "InfiniBand",
+        "pci": [],
+        "numa_node": "-1",
+        "roce_v2_gid_index": None,
+    }
+    assert found[0]["state"] == "ACTIVE" and found[0]["rate"] == "100 Gb/sec (4X EDR)"
+
+
+def test_roce_v2_gid_index_in_numeric_order_and_only_ipv4_mapped(tmp_path):
+    port = fake_port(tmp_path, "mlx5_0", 1, "4: ACTIVE", "200", "Ethernet")
+    (port / "gids").mkdir()
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    for index, gid, kind in [
+        (0, "fe80:0000:0000:0000:0e42:a1ff:fe00:0001", "RoCE v2"),  # link-local IPv6
+        (2, "0000:0000:0000:0000:0000:FFFF:0A00:0006", "RoCE V2"),  # sysfs case varies
+        (10, "0000:0000:0000:0000:0000:ffff:0a00:0005", "RoCE v2"),
+        (3, "0000:0000:0000:0000:0000:ffff:0a00:0005", "IB/RoCE v1"),
+    ]:
+        (port / "gids" / str(index)).write_text(gid + "\n")
+        (port / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
+    assert rdma.roce_v2_gid_index(str(port)) == 2
+    (port / "gids" / "2").write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")  # unused slot
+    assert rdma.roce_v2_gid_index(str(port)) == 10
+    assert rdma.roce_v2_gid_index(str(tmp_path)) is None
+
+
+def test_gpus_skip_other_devices_and_default_the_numa_node(tmp_path):
+    gpu(tmp_path, ["0000:00:01.0", "0000:03:00.0"], numa=1)
+    pci_device(tmp_path, ["0000:00:02.0", "0000:05:00.0"], vendor="0x10de", klass="0x040300")  # NVIDIA audio function
+    pci_device(tmp_path, ["0000:00:03.0", "0000:06:00.0"], vendor="0x1002", klass="0x030200")  # another vendor's GPU
+    vga = pci_device(tmp_path, ["0000:00:04.0", "0000:07:00.0"], vendor="0x10de", klass="0x030000")
+    (vga / "numa_node").unlink()
+    assert rdma.gpus(str(tmp_path / "bus" / "pci" / "devices")) == [
+        {"address": "0000:03:00.0", "pci": ["0000:00:01.0", "0000:03:00.0"], "numa_node": "1"},
+        {"address": "0000:07:00.0", "pci": ["0000:00:04.0", "0000:07:00.0"], "numa_node": "-1"},
+    ]
+    assert rdma.gpus(str(tmp_path / "absent")) == []
+
+
+def port_row(device: str, pci: list[str], numa: str = "0", layer: str = "InfiniBand", state: str = "ACTIVE", port: int = 1) -> dict:
+    return {"device": device, "port": port, "state": state, "link_layer": layer, "pci": pci, "numa_node": numa}
+
+
+def test_compute_ports_by_switch_then_numa_then_all():
+    a = port_row("mlx5_0", ["0000:00:01.0", "0000:02:00.0"], "0")
+    b = port_row("mlx5_1", ["0000:00:02.0", "0000:03:00.0"], "1")
+    on_switch = [{"pci": ["0000:00:01.0", "0000:04:00.0"], "numa_node": "1"}]
+    assert rdma.compute_ports([a, b], on_switch) == ([a], "ports on the GPUs' PCIe switches")
+    numa_only = [{"pci": ["0000:00:09.0", "0000:09:00.0"], "numa_node": "1"}]
+    assert rdma.compute_ports([a, b], numa_only) == ([b], "ports on the GPUs' NUMA nodes (none shares a PCIe switch with a GPU)")
+    # a GPU and ports whose chains are unknown (no host bridge) share nothing; NUMA -1 means unknown, not a node
+    unknown = [{"pci": [], "numa_node": "-1"}]
+    c = port_row("mlx5_2", [], "-1")
+    assert rdma.compute_ports([c], unknown) == ([c], "every active port (no port shares a PCIe switch or NUMA node with a GPU)")
+    assert rdma.compute_ports([a], [{"pci": [], "numa_node": ""}]) == (
+        [a],
+        "every active port (no port shares a PCIe switch or NUMA node with a GPU)",
+    )
+
+
+def test_a_named_device_selects_its_active_ports_once():
+    p1, p2 = port_row("mlx5_0", [], port=1), port_row("mlx5_0", [], port=2)
+    down = port_row("mlx5_1", [], state="DOWN")
+    assert rdma.select_ports([p1, p2, down], [], ["mlx5_0:2", "mlx5_0"]) == ([p2, p1], "infiniband_nccl_hcas", "")
+    _, _, error = rdma.select_ports([p1, p2, down], [], ["mlx5_1"])
+    assert error == "infiniband_nccl_hcas names mlx5_1, which is not an active RDMA port here (active: mlx5_0:1, mlx5_0:2); fix the list or the port"
+    _, _, error = rdma.select_ports([down], [], ["mlx5_1:1"])
+    assert error.endswith("(active: none); fix the list or the port")
+
+
+@pytest.mark.parametrize(
+    ("release", "ok"),
+    [("5.12.0", True), ("5.11.22-100.fc32.x86_64", False), ("6.1.0-28-amd64", True), ("4.18.0-553.el8_10.x86_64", False), ("", False), ("6", False)],
+)
+def test_kernel_at_least_5_12(release, ok):
+    assert rdma.kernel_at_least(release, (5, 12)) is ok
+
+
+def test_memory_peers_mean_mlnx_ofed(tmp_path):
+    (tmp_path / "memory_peers").mkdir()
+    assert rdma.rdma_stack(str(tmp_path / "module"), str(tmp_path / "memory_peers"), None) == "mlnx_ofed"
+
+
+def test_gpudirect_reasons_in_full():
+    assert rdma.gpudirect(8, 0, "mlnx_ofed", True, "6.1.0", "auto") == {
+        "method": "none",
+        "peermem": False,
+        "reason": "GPUDirect RDMA needs both NVIDIA GPUs and RDMA devices",
+    }
+    assert rdma.gpudirect(8, 4, "distribution", None, "6.1.0-28-amd64", "auto") == {
+        "method": "none",
+        "peermem": False,
+        "reason": "GPUDirect RDMA unavailable: no DMA-BUF (no NVIDIA driver loaded), and the distribution's RDMA stack has no "
+        "peer-memory API for nvidia-peermem; NCCL stages through host memory (use the open kernel modules on Linux 5.12+, or DOCA-OFED)",
+    }
+    assert rdma.gpudirect(8, 4, "distribution", True, "6.1.0-28-amd64", "auto") == {
+        "method": "dmabuf",
+        "peermem": False,
+        "reason": "DMA-BUF (open kernel modules, kernel 6.1.0-28-amd64); "
+        "nvidia-peermem not loaded: the distribution's RDMA stack has no peer-memory API",
+    }
+    assert rdma.gpudirect(8, 4, "mlnx_ofed", False, "5.4.0-200-generic", "auto") == {
+        "method": "peermem",
+        "peermem": True,
+        "reason": "nvidia-peermem (MLNX/DOCA OFED provides the peer-memory API); no DMA-BUF (kernel 5.4.0-200-generic is older than 5.12)",
+    }
+    assert rdma.gpudirect(8, 4, "distribution", False, "6.1.0", "always") == {
+        "method": "peermem",
+        "peermem": True,
+        "reason": "nvidia-peermem (infiniband_peermem=always); no DMA-BUF (the proprietary kernel modules are loaded)",
+    }
+    assert rdma.gpudirect(8, 4, "mlnx_ofed", False, "6.1.0", "never") == {
+        "method": "none",
+        "peermem": False,
+        "reason": "infiniband_peermem=never; no DMA-BUF (the proprietary kernel modules are loaded)",
+    }
+
+
+def test_roce_gid_index_only_with_an_ethernet_port_among_those_chosen(tmp_path):
+    hgx_like(tmp_path)
+    env, _, _ = rdma.nccl_env(rdma.ports(sysfs(tmp_path)), "eth0", 3, {}, [], ["mlx5_0"])
+    assert "NCCL_IB_GID_INDEX" not in env  # InfiniBand only: GIDs are not RoCE's
+    env, summary, _ = rdma.nccl_env(rdma.ports(sysfs(tmp_path)), "eth0", 0, {}, [], ["mlx5_0", "mlx5_11"])
+    assert env["NCCL_IB_GID_INDEX"] == "0" and "(InfiniBand, RoCE; infiniband_nccl_hcas)" in summary
+    assert summary == (
+        "RDMA: 2 of 4 active port(s) for NCCL (InfiniBand, RoCE; infiniband_nccl_hcas): mlx5_0:1,mlx5_11:1; "
+        "not for NCCL: mlx5_1:1,mlx5_10:1; sockets on eth0"
+    )
+    env, summary, _ = rdma.nccl_env(rdma.ports(sysfs(tmp_path)), "eth0", -1, {}, [], ["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_11"])
+    assert summary.endswith("mlx5_0:1,mlx5_1:1,mlx5_10:1,mlx5_11:1; sockets on eth0")  # nothing left out
+
+
+def test_overrides_win_and_an_error_keeps_only_the_sockets(tmp_path):
+    hgx_like(tmp_path)
+    env, _, _ = rdma.nccl_env(rdma.ports(sysfs(tmp_path)), "eth0", -1, {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_IB_TIMEOUT": 22}, [], [])
+    assert env["NCCL_IB_HCA"] == "=mlx5_0:1" and env["NCCL_IB_TIMEOUT"] == "22"
+    env, summary, error = rdma.nccl_env(rdma.ports(sysfs(tmp_path)), "eth0", -1, {"X": 1}, [], ["mlx5_7"])
+    assert (
+        env == {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+        and summary == ""
+        and error.startswith("infiniband_nccl_hcas names mlx5_7")
+    )
+
+
+# main() as Ansible runs it, on a fake tree (every path is an option of the module).
+def run_module(args: dict, capsys) -> tuple[int, dict]:
+    with patch_module_args(args), pytest.raises(SystemExit) as stop:
+        rdma.main()
+    return stop.value.code, json.loads(capsys.readouterr().out)
+
+
+def tree_args(root: Path, **extra) -> dict:
+    return {
+        "sysfs": sysfs(root),
+        "pci_devices": str(root / "bus" / "pci" / "devices"),
+        "gpu_dir": str(root / "proc" / "driver" / "nvidia" / "gpus"),
+        "driver_version_file": str(root / "proc" / "driver" / "nvidia" / "version"),
+        "module_dir": str(root / "module"),
+        "memory_peers_dir": str(root / "memory_peers"),
+        "kernel": "6.1.0-28-amd64",
+        "socket_interface": "ens1f0",
+        **extra,
+    }
+
+
+@pytest.fixture
+def no_ofed_info(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+
+
+def test_module_on_an_hgx_like_node(tmp_path, capsys, no_ofed_info):
+    hgx_like(tmp_path)
+    gpus_dir = tmp_path / "proc" / "driver" / "nvidia" / "gpus"
+    for address in ("0000:03:00.0", "0000:13:00.0"):
+        (gpus_dir / address).mkdir(parents=True)
+    (tmp_path / "proc" / "driver" / "nvidia" / "version").write_text(OPEN + "\n")
+    rc, result = run_module(tree_args(tmp_path), capsys)
+    assert rc == 0, result
+    del result["invocation"], result["ports"]
+    assert result == {
+        "changed": False,
+        "hcas": ["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_11"],
+        "gpus": 2,
+        "gpu_pci": ["0000:03:00.0", "0000:13:00.0"],
+        "nccl_env": {"NCCL_SOCKET_IFNAME": "ens1f0", "GLOO_SOCKET_IFNAME": "ens1f0", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1"},
+        "summary": "RDMA: 2 of 4 active port(s) for NCCL (InfiniBand; ports on the GPUs' PCIe switches): mlx5_0:1,mlx5_1:1; "
+        "not for NCCL: mlx5_10:1,mlx5_11:1; sockets on ens1f0",
+        "rdma_stack": "distribution",
+        "gpudirect": {
+            "method": "dmabuf",
+            "peermem": False,
+            "reason": "DMA-BUF (open kernel modules, kernel 6.1.0-28-amd64); "
+            "nvidia-peermem not loaded: the distribution's RDMA stack has no peer-memory API",
+        },
+        "bw_port": {"device": "mlx5_0", "port": 1, "link_layer": "InfiniBand", "gid_index": None},
+    }
+
+
+def test_module_counts_the_driver_gpus_when_more_than_on_the_bus(tmp_path, capsys, no_ofed_info):
+    """Under a container the PCI bus may be hidden while the driver lists its GPUs: the larger count wins."""
+    fake_port(tmp_path, "mlx5_0", 1, "4: ACTIVE", "400", "InfiniBand")
+    for i in range(4):
+        (tmp_path / "proc" / "driver" / "nvidia" / "gpus" / f"0000:0{i}:00.0").mkdir(parents=True)
+    rc, result = run_module(tree_args(tmp_path, ofed_wanted=True), capsys)
+    assert rc == 0 and result["gpus"] == 4 and result["gpu_pci"] == [] and result["rdma_stack"] == "mlnx_ofed"
+    assert result["gpudirect"]["method"] == "peermem"
+
+
+def test_module_roce_bw_port_takes_the_ipv4_roce_v2_gid_or_the_forced_one(tmp_path, capsys, no_ofed_info):
+    roce_port(tmp_path)
+    rc, result = run_module(tree_args(tmp_path, socket_interface="bond0"), capsys)
+    assert rc == 0 and result["bw_port"] == {"device": "mlx5_bond_0", "port": 1, "link_layer": "Ethernet", "gid_index": 3}
+    assert result["gpus"] == 0 and result["gpudirect"]["method"] == "none"
+    rc, result = run_module(tree_args(tmp_path, socket_interface="bond0", roce_gid_index=1), capsys)
+    assert result["bw_port"]["gid_index"] == 1 and result["nccl_env"]["NCCL_IB_GID_INDEX"] == "1"
+    rc, result = run_module(tree_args(tmp_path, socket_interface="bond0", roce_gid_index=0), capsys)
+    assert result["bw_port"]["gid_index"] == 0
+
+
+def test_module_bw_port_is_the_first_chosen_port_in_sysfs_order(tmp_path, capsys, no_ofed_info):
+    hgx_like(tmp_path)
+    rc, result = run_module(tree_args(tmp_path, compute_hcas=["mlx5_1:1", "mlx5_0:1"], overrides={"NCCL_IB_TIMEOUT": 22}), capsys)
+    assert result["nccl_env"]["NCCL_IB_HCA"] == "=mlx5_1:1,mlx5_0:1" and result["nccl_env"]["NCCL_IB_TIMEOUT"] == "22"
+    # the bw port is the first chosen port as sysfs lists them (the chosen set, not the inventory's order)
+    assert result["bw_port"]["device"] == "mlx5_0"
+
+
+def test_module_without_rdma_has_no_bw_port(tmp_path, capsys, no_ofed_info):
+    rc, result = run_module(tree_args(tmp_path), capsys)
+    assert rc == 0 and result["bw_port"] is None and result["hcas"] == [] and result["ports"] == []
+    assert result["nccl_env"] == {"NCCL_SOCKET_IFNAME": "ens1f0", "GLOO_SOCKET_IFNAME": "ens1f0", "NCCL_IB_DISABLE": "1"}
+    assert result["summary"] == "no RDMA device: NCCL will use TCP sockets on ens1f0"
+
+
+def test_module_fails_on_a_wrong_inventory_list(tmp_path, capsys, no_ofed_info):
+    hgx_like(tmp_path)
+    rc, result = run_module(tree_args(tmp_path, compute_hcas=["mlx5_7:1"]), capsys)
+    assert rc == 1 and result["msg"].startswith("infiniband_nccl_hcas names mlx5_7:1, which is not an active RDMA port here")
+
+
+def test_module_finds_ofed_info_on_path_and_defaults_the_kernel(tmp_path, capsys, monkeypatch):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "ofed_info").write_text("#!/bin/sh\necho MLNX_OFED_LINUX-24.10\n")
+    (tools / "ofed_info").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+    real = os.uname()
+    ubuntu_2004 = os.uname_result((real.sysname, real.nodename, "5.4.0-200-generic", real.version, real.machine))  # no DMA-BUF
+    monkeypatch.setattr(rdma.os, "uname", lambda: ubuntu_2004)
+    fake_port(tmp_path, "mlx5_0", 1, "4: ACTIVE", "400", "InfiniBand")
+    gpu(tmp_path, ["0000:00:01.0", "0000:03:00.0"])
+    (tmp_path / "proc" / "driver" / "nvidia").mkdir(parents=True)
+    (tmp_path / "proc" / "driver" / "nvidia" / "version").write_text(OPEN + "\n")
+    args = tree_args(tmp_path)
+    del args["kernel"]
+    rc, result = run_module(args, capsys)
+    assert rc == 0 and result["rdma_stack"] == "mlnx_ofed" and result["gpus"] == 1
+    assert result["gpudirect"] == {
+        "method": "peermem",
+        "peermem": True,
+        "reason": "nvidia-peermem (MLNX/DOCA OFED provides the peer-memory API); no DMA-BUF (kernel 5.4.0-200-generic is older than 5.12)",
+    }
