@@ -229,3 +229,330 @@ def test_a_node_that_holds_the_others_back_fails_the_check_even_above_the_floor(
     # the same two nodes within 2x of each other (a busy machine's noise) pass
     even = verdict.node_compute_ms(evidence_log({"node1": 626.0, "node2": 931.0}).rank_compute)
     assert verdict.throughput_check(series([1.0] * 10), 291.0, 0.8, "the plan", [], even)[0].status == verdict.PASS
+
+
+# ---- the report, built from a log whose every field is set by hand
+
+
+def it(n, loss, tflops=None, attempt=0, tps=None):
+    return follow.Iteration(n, 60, loss=loss, tflops_per_gpu=tflops, attempt=attempt, tokens_per_second=tps)
+
+
+def report_log():
+    """Iterations 1, 2, 4 of the first attempt, 3 again after a restart (attempt 1); two restarts, one still open."""
+    log = follow.JobLog(seq_length=16, furthest=4, total=60)
+    log.iterations = {1: it(1, 5.0, 0.9), 2: it(2, 4.0, 0.8), 3: it(3, 2.9, 0.5, attempt=1), 4: it(4, 3.0, 0.25)}
+    log.saves = [4, 2, 2]
+    log.restarts = [follow.Restart(10.0, 4, 2, 20.04), follow.Restart(30.0, 9, 9, None)]
+    log.errors = ["RuntimeError: boom"]
+    return log
+
+
+JOB = {"name": "r", "nodes": 2, "gpus_per_node": 1, "trainer": "lab"}
+
+
+def test_report_dict_fields():
+    judged = verdict.Verdict(False, [verdict.Check("loss falling", verdict.PASS, "z=-5"), verdict.Check("no nan", verdict.FAIL, "1 nan")])
+    report = verdict.report_dict(JOB, judged, report_log(), 1234.4, {"node1": "run"}, {"a_s": 4.2})
+    assert report == {
+        "job": JOB,
+        "verdict": "failed",
+        "checks": [{"name": "loss falling", "status": "pass", "detail": "z=-5"}, {"name": "no nan", "status": "fail", "detail": "1 nan"}],
+        "iterations": {"logged": 4, "last": 4, "total": 60},
+        # losses in iteration order 5.0, 4.0, 2.9, 3.0
+        "loss": {"first": 5.0, "last": 3.0, "min": 2.9},
+        # steady: the first two of each attempt left out, so only iteration 4 (attempt 0's third) counts
+        "throughput": {"tokens_per_second_median": 1234.4, "tflops_per_gpu_median": 0.25},
+        "checkpoints": [2, 4],
+        "restarts": [
+            {"last_iteration": 4, "resumed_from": 2, "lost_iterations": 2, "seconds_to_resumed_iteration": 10.0},
+            {"last_iteration": 9, "resumed_from": 9, "lost_iterations": 0, "seconds_to_resumed_iteration": None},
+        ],
+        "errors": ["RuntimeError: boom"],
+        "timing": {"a_s": 4.2},
+        "commands": {"node1": "run"},
+    }
+    assert verdict.report_dict(JOB, verdict.Verdict(True), report_log(), 0.0, {}, {})["verdict"] == "passed"
+    empty = verdict.report_dict(JOB, verdict.Verdict(True), follow.JobLog(seq_length=16), 0.0, {}, {})
+    assert empty["loss"] == {"first": None, "last": None, "min": None} and empty["throughput"]["tflops_per_gpu_median"] is None
+
+
+def test_report_markdown():
+    judged = verdict.Verdict(False, [verdict.Check("loss falling", verdict.PASS, "z=-5"), verdict.Check("no nan", verdict.FAIL, "1 nan")])
+    report = verdict.report_dict(JOB, judged, report_log(), 1234.4, {"node1": "#!/bin/bash\ntorchrun ...\n"}, {"a_s": 4.2})
+    assert verdict.render_markdown(report) == (
+        "# megaprov job r: FAILED\n"
+        "\n"
+        "2 node(s) x 1 process(es), trainer lab, 4/60 iterations.\n"
+        "\n"
+        "| check | result | detail |\n"
+        "|---|---|---|\n"
+        "| loss falling | pass | z=-5 |\n"
+        "| no nan | fail | 1 nan |\n"
+        "\n"
+        "Loss 5.0 -> 3.0 (min 2.9); median 1,234 tokens/s, 0.25 TFLOP/s per GPU.\n"
+        "\n"
+        "![loss and throughput](report.png)\n"
+        "\n"
+        "## Restarts\n"
+        "\n"
+        "| failed after iteration | resumed from | lost iterations | seconds to the resumed iteration |\n"
+        "|---|---|---|---|\n"
+        "| 4 | 2 | 2 | 10.0 |\n"
+        "| 9 | 9 | 0 | None |\n"
+        "\n"
+        "## Errors in the logs\n"
+        "\n"
+        "- `RuntimeError: boom`\n"
+        "\n"
+        "## Timing\n"
+        "\n"
+        "- a_s: 4.2\n"
+        "\n"
+        "## What each node ran\n"
+        "\n"
+        "### node1\n"
+        "\n"
+        "```bash\n"
+        "#!/bin/bash\n"
+        "torchrun ...\n"
+        "```\n"
+    )
+    plain = verdict.report_dict(JOB, verdict.Verdict(True), follow.JobLog(seq_length=16, total=60), 10.0, {}, {})
+    text = verdict.render_markdown(plain)
+    assert text.startswith("# megaprov job r: PASSED\n") and "Loss None -> None (min None); median 10 tokens/s.\n" in text
+    assert "## Restarts" not in text and "## Errors" not in text and text.endswith("## Timing\n\n\n## What each node ran\n")  # no timing, no node
+
+
+def test_plot_draws_loss_and_tokens_per_second_against_the_iteration(monkeypatch):
+    import matplotlib.pyplot as plt
+
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)  # keep the figure to look at it
+    s = [it(1, 5.0, tps=100.0), it(2, None, tps=None), it(5, 3.0, tps=300.0)]
+    png = verdict.plot(s, "job-a: passed")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (800, 600)  # 8x6 inches at 100 dpi
+    top, bottom = kept[0].axes
+    assert (top.get_title(), top.get_ylabel(), bottom.get_ylabel(), bottom.get_xlabel()) == ("job-a: passed", "lm loss", "tokens/s", "iteration")
+    (loss,), (rate,) = top.get_lines(), bottom.get_lines()
+    assert list(loss.get_xdata()) == [1, 2, 5] and list(rate.get_xdata()) == [1, 2, 5]
+    y = list(loss.get_ydata())
+    assert y[0] == 5.0 and math.isnan(y[1]) and y[2] == 3.0
+    r = list(rate.get_ydata())
+    assert r[0] == 100.0 and math.isnan(r[1]) and r[2] == 300.0
+    assert (loss.get_color(), rate.get_color()) == ("tab:blue", "tab:green")
+    assert top.get_xaxis().get_gridlines()[0].get_visible() and bottom.get_xaxis().get_gridlines()[0].get_visible()
+
+
+def test_write_report_writes_three_files_without_temporaries(tmp_path):
+    report = verdict.report_dict(JOB, verdict.Verdict(True), report_log(), 10.0, {"node1": "run\n"}, {})
+    paths = verdict.write_report(tmp_path, report, report_log().series())
+    assert paths == {"json": tmp_path / "report.json", "markdown": tmp_path / "report.md", "plot": tmp_path / "report.png"}
+    assert paths["json"].read_text() == json.dumps(report, indent=2) + "\n"
+    assert paths["markdown"].read_text() == verdict.render_markdown(report)
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "report.md", "report.png"]
+
+
+# ---- each check's thresholds and the sentence it writes
+
+
+def test_loss_check_detail_window_and_the_losses_it_counts():
+    falling = series([10.0, 9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0])
+    # n = 10 strictly falling: S = -45, var = 10*9*25/18 = 125, z = -44/sqrt(125) = -3.94, tau = -1, slope -1;
+    # head and tail are the medians of the first and last three (a fifth of 10 is less than 3)
+    expected = "Mann-Kendall z=-3.94 (tau -1.00) over 10 iterations, Theil-Sen slope -1/iteration, median loss 9.000 -> 2.000"
+    assert verdict.loss_check(falling, 10) == verdict.Check("loss falling", verdict.PASS, expected)
+    short = verdict.loss_check(falling, 11)
+    assert short == verdict.Check("loss falling", verdict.FAIL, "only 10 iteration(s) with a loss, the trend test needs 11 (verify.loss_window)")
+    # None and non-finite losses are not points: 10 finite ones remain, one short of a window of 11
+    holes = falling + series([None, float("nan"), float("inf")])
+    assert verdict.loss_check(holes, 11).detail.startswith("only 10 iteration(s) with a loss")
+    rising = verdict.loss_check(series([float(x) for x in range(10)]), 10)
+    assert rising.status == verdict.FAIL and rising.detail == (
+        "no falling trend: Mann-Kendall z=3.94 (tau 1.00) over 10 iterations, Theil-Sen slope 1/iteration, median loss 1.000 -> 8.000;"
+        " check the learning rate (train.lr) and the data"
+    )
+
+
+def test_a_long_run_is_thinned_to_401_points_keeping_both_ends():
+    """1,000 iterations of loss 1000 - k: above 400 points, every 2.5th is kept (indices int(2.5 i), i < 400) and
+    the last one. Head: the median of the first 401 // 5 = 80 kept, indices 0..197, the middle two 97 and 100:
+    loss 901.5. Tail: the last 80 kept, indices 802..997 and 999, the middle two 900 and 902: loss 99."""
+    long = [follow.Iteration(k + 1, 1000, loss=1000.0 - k) for k in range(1000)]
+    detail = verdict.loss_check(long, 20).detail
+    assert "(tau -1.00) over 401 iterations, Theil-Sen slope -1/iteration, median loss 901.500 -> 99.000" in detail
+    # exactly 400 points are kept as they are; head and tail are the first and last 80 (losses 400..321 and 80..1): 360.5 and 40.5
+    assert "over 400 iterations, Theil-Sen slope -1/iteration, median loss 360.500 -> 40.500" in verdict.loss_check(long[600:], 20).detail
+
+
+def test_mann_kendall_of_a_constant_and_of_a_rising_series():
+    assert verdict.mann_kendall([2.0] * 8) == (0.0, 0.0)  # every pair tied: var(S) = 0, no trend
+    # 1, 3, 2, 4: S = +1+1+1 -1+1 +1 = 4, var = 4*3*13/18 = 26/3, z = (4-1)/sqrt(26/3), tau = 4/6
+    assert verdict.mann_kendall([1.0, 3.0, 2.0, 4.0]) == (pytest.approx(3 / math.sqrt(26 / 3)), pytest.approx(4 / 6))
+    # 2, 1, 1, 0: S = -1-1-1 +0-1 -1 = -5, ties {1: 2}: var = (4*3*13 - 2*1*9)/18 = 138/18, z = (-5+1)/sqrt(138/18)
+    assert verdict.mann_kendall([2.0, 1.0, 1.0, 0.0]) == (pytest.approx(-4 / math.sqrt(138 / 18)), pytest.approx(-5 / 6))
+
+
+def test_theil_sen_is_the_median_pairwise_slope_and_skips_equal_x():
+    # pairs: (0,1) 2, (0,2) 1.5, (1,2) 1: median 1.5; a repeated x adds no slope
+    assert verdict.theil_sen([0.0, 1.0, 2.0], [0.0, 2.0, 3.0]) == 1.5
+    assert verdict.theil_sen([0.0, 1.0, 1.0], [0.0, 2.0, 9.0]) == pytest.approx((2.0 + 9.0) / 2)
+    assert verdict.theil_sen([3.0, 3.0], [1.0, 2.0]) == 0.0 and verdict.theil_sen([], []) == 0.0
+
+
+def test_nan_check_counts_megatrons_counter_and_non_finite_losses():
+    s = series([5.0, 4.0, float("inf"), None, 3.0])
+    assert verdict.nan_check(s) == verdict.Check(
+        "no nan", verdict.FAIL, "0 nan iteration(s) reported; first non-finite loss at iteration 3: lower train.lr, use bf16, check the data"
+    )
+    s = series([5.0, 4.0, None, 3.0])
+    s[1].nan, s[3].nan = 1, 2
+    assert verdict.nan_check(s).detail == "3 nan iteration(s) reported: lower train.lr, use bf16, check the data"
+    assert verdict.nan_check(series([5.0, None, 3.0])) == verdict.Check("no nan", verdict.PASS, "0 nan iterations in 3 logged")
+
+
+def test_steady_iterations():
+    s = series([5.0] * 4) + series([4.0] * 3, attempt=1)
+    assert [(x.iteration, x.attempt) for x in verdict.steady(s)] == [(3, 0), (4, 0), (3, 1)]
+    assert [x.iteration for x in verdict.steady(s, skip=3)] == [4]
+    assert verdict.steady(s[:2]) == s[:2]  # nothing steady yet: every iteration rather than none
+
+
+def test_node_compute_is_the_slowest_ranks_median_without_its_first_window():
+    w = follow.RankCompute
+    windows = {
+        "node1": [w(0, 1, 10, 900.0, 1.0), w(0, 11, 20, 100.0, 1.0), w(0, 21, 30, 120.0, 1.0), w(1, 1, 10, 90.0, 1.0)],
+        "node2": [w(2, 1, 10, 80.0, 1.0), w(2, 11, 20, 70.0, 1.0)],
+        "node3": [],
+    }
+    # node1: rank 0's windows after the first, median of 100 and 120 = 110; rank 1's only window 90; the slowest 110
+    assert verdict.node_compute_ms(windows) == {"node1": 110.0, "node2": 70.0}
+
+
+def test_stragglers_threshold_and_order():
+    assert verdict.stragglers({"a": 150.0, "b": 100.0}) == [("a", 150.0, 100.0)]  # exactly 1.5x is named
+    assert verdict.stragglers({"a": 149.0, "b": 100.0}) == []
+    assert verdict.stragglers({"a": 199.0, "b": 100.0}, verdict.STRAGGLER_FAIL) == []
+    # a is 3x the median of the others (100), d 10x: the slowest first
+    assert verdict.stragglers({"a": 300.0, "b": 100.0, "c": 100.0, "d": 1000.0}) == [("d", 1000.0, 100.0), ("a", 300.0, 100.0)]
+
+
+def test_throttled_nodes():
+    launch = {"n2": {0: 0.49, 1: 0.9}, "n1": {2: 0.2}, "n3": {3: 0.5}, "n4": {}, "n5": {4: 0.1}, "n6": {5: 0.1}}
+    stored = {"n1": 1.0, "n2": 1.0, "n3": 1.0, "n4": 1.0, "n6": 0.0}
+    # n3 exactly at half its stored rate is not named; n4 has no rate, n5 no stored one, n6 a stored 0
+    assert verdict.throttled(launch, stored) == [("n1", 0.2, 1.0), ("n2", 0.49, 1.0)]
+    assert verdict.throttled(launch, stored, below=0.1) == []
+
+
+def test_launch_factor_bounds():
+    stored = {"a": 1.0, "b": 1.0, "c": 1.0}
+    assert verdict.launch_factor({"a": {0: 0.7, 1: 0.9}, "b": {2: 0.8}, "c": {}}, stored) == pytest.approx(0.75)  # median of 0.7, 0.8
+    assert verdict.launch_factor({"a": {0: 0.51}}, stored) == pytest.approx(0.51)
+    assert verdict.launch_factor({"a": {0: 0.2}}, stored) == 0.5 and verdict.launch_factor({"x": {0: 0.2}}, stored) is None
+
+
+def test_rates_are_written_in_the_unit_that_reads():
+    assert verdict._tf(0.0152) == "15.2 GFLOP/s" and verdict._tf(0.9994) == "999.4 GFLOP/s" and verdict._tf(1.0) == "1.0 TFLOP/s"
+
+
+def test_throughput_check_floor_and_details():
+    at_floor, measured = verdict.throughput_check(series([1.0] * 10), 1250.0, 0.8, "spec")
+    assert at_floor == verdict.Check("throughput", verdict.PASS, "median 1,000 tokens/s, expected 1,250 (spec) x 0.8 = 1,000") and measured == 1000.0
+    s = series([1.0] * 5)
+    for x, rate in zip(s, [10.0, 10.0, 900.0, 1100.0, 1000.0], strict=True):
+        x.tokens_per_second = rate
+    # the first two (start-up) left out: the median of 900, 1100, 1000
+    below, measured = verdict.throughput_check(s, 1251.0, 0.8, "spec")
+    assert measured == 1000.0 and below == verdict.Check(
+        "throughput", verdict.FAIL, "too slow: median 1,000 tokens/s, expected 1,251 (spec) x 0.8 = 1,001"
+    )
+    none = series([1.0] * 3)
+    for x in none:
+        x.tokens_per_second = None
+    assert verdict.throughput_check(none, 1.0, 0.8, "spec") == (
+        verdict.Check("throughput", verdict.FAIL, "no iteration reported its time (elapsed time per iteration)"),
+        0.0,
+    )
+    slow = ["node2 is 4.0x slower", "node2 computed less"]
+    held, _ = verdict.throughput_check(series([1.0] * 10), 500.0, 0.8, "spec", slow, {"node2": 400.0, "node1": 100.0})
+    assert held.detail == (
+        "too slow: median 1,000 tokens/s, expected 500 (spec) x 0.8 = 400, but the job ran at the pace of node2: the other nodes computed"
+        " 4.0x faster and waited for it; node2 is 4.0x slower; node2 computed less"
+    )
+
+
+def test_gpu_check_thresholds_and_details():
+    name = "GPU utilisation and memory"
+    rows = {"n1": [{"util": 70.0, "mem_used": 970.0, "mem_total": 1000.0}], "n2": [{"util": 90.0, "mem_used": 10.0, "mem_total": 1000.0}]}
+    # mean utilisation (70+90)/2 = 80 % meets 80 %; the fullest GPU 970/1000 = 97 % is under the 98 % limit
+    assert verdict.gpu_check(rows, True, 0.8) == verdict.Check(
+        name, verdict.PASS, "mean utilisation 80% over 2 samples (needs 80%), peak memory 970/1000 MiB"
+    )
+    assert verdict.gpu_check(rows, True, 0.81).detail.startswith("GPUs idle too much: mean utilisation 80% over 2 samples (needs 81%)")
+    rows["n1"][0]["mem_used"] = 980.0
+    assert verdict.gpu_check(rows, True, 0.8) == verdict.Check(
+        name, verdict.FAIL, "memory at the limit: mean utilisation 80% over 2 samples (needs 80%), peak memory 980/1000 MiB"
+    )
+    unknown_total = {"n1": [{"util": 100.0, "mem_used": 0.5, "mem_total": 0.0}]}  # nvidia-smi gave 0 MiB: 0.5/max(0, 1)
+    assert verdict.gpu_check(unknown_total, True, 0.8).status == verdict.PASS
+    assert verdict.gpu_check({"n1": []}, True, 0.0) == verdict.Check(
+        name, verdict.SKIP, "skipped: no nvidia-smi sample while iterations ran and verify.gpu_utilization is 0"
+    )
+    assert verdict.gpu_check({"n1": []}, True, 0.1) == verdict.Check(
+        name, verdict.FAIL, "no nvidia-smi samples from the nodes (logs/gpu-*.csv): is nvidia-smi on PATH?"
+    )
+    assert verdict.gpu_check(rows, False, 0.8) == verdict.Check(name, verdict.SKIP, "skipped: no GPU (CPU nodes)")
+
+
+def node_line(host, rank, rc=None):
+    what = "starting" if rc is None else f"exited with {rc}"
+    return f"megaprov: node {host} (node rank {rank}): torchrun {what} at 2026-11-30T01:00:00.000Z"
+
+
+def test_alive_check_details():
+    log = follow.JobLog(seq_length=16)
+    feed_run(log, "node2", range(1, 31), 1.0)
+    assert verdict.alive_check(log, ["node2"]) == verdict.Check("every rank alive", verdict.FAIL, "stopped at iteration 30 of 60")
+    feed_run(log, "node2", range(31, 61), 1.0)
+    log.feed("node1", node_line("node1", 0, 3), 0)
+    assert verdict.alive_check(log, ["node1", "node2"]).detail == "torchrun did not finish cleanly on node1 (failed-3), node2 (waiting)"
+    log.feed("node1", node_line("node1", 0, 0), 0)
+    log.feed("node2", node_line("node2", 1, 0), 0)
+    assert verdict.alive_check(log, ["node1", "node2"]) == verdict.Check(
+        "every rank alive", verdict.PASS, "all 60 iterations; torchrun exited 0 on 2 node(s)"
+    )
+    log.restarts = [follow.Restart(1.0, 20, 10), follow.Restart(2.0, 30, 20)]
+    assert verdict.alive_check(log, ["node1", "node2"]).detail.endswith("on 2 node(s), 2 restart(s) resumed from checkpoints")
+    nothing = follow.JobLog(seq_length=16)  # no iteration logged: no total to fall short of, the nodes decide
+    assert verdict.alive_check(nothing, []).detail == "all 0 iterations; torchrun exited 0 on 0 node(s)"
+
+
+def test_judge_runs_every_check_and_passes_only_without_a_failure():
+    log = evidence_log({"node1": 100.0, "node2": 104.0}, launch={"node1": 0.010, "node2": 0.010})
+    log.feed("node1", node_line("node1", 0, 0), 0)
+    log.feed("node2", node_line("node2", 1, 0), 0)
+    feed_run(log, "node2", range(31, 61), 2.0)
+    # 8 sequences of 128 tokens in 50 ms: 20,480 tokens/s
+    judged, measured = verdict.judge(log, ["node1", "node2"], 20, 20000.0, 1.0, "the plan", False, 0.9, {}, {"node1": 0.02, "node2": 0.02})
+    assert measured == pytest.approx(20480.0)
+    assert [(c.name, c.status) for c in judged.checks] == [
+        ("loss falling", verdict.PASS),
+        ("no nan", verdict.PASS),
+        ("throughput", verdict.PASS),
+        ("GPU utilisation and memory", verdict.SKIP),
+        ("every rank alive", verdict.PASS),
+    ]
+    assert judged.passed and judged.reasons() == []
+    # the same nodes measured at twice the rate they started at: the expectation follows them down to half
+    halved, _ = verdict.judge(log, ["node1", "node2"], 20, 40000.0, 1.0, "the plan", False, 0.9, {}, {"node1": 0.02, "node2": 0.02}, True)
+    assert halved.passed and "expected 20,000 (the plan; x 0.50: the median node computed at 0.50 of its stored rate" in halved.checks[2].detail
+    failed, _ = verdict.judge(log, ["node1", "node2", "node3"], 20, 41000.0, 1.0, "spec", True, 0.9, {}, None, True)
+    assert not failed.passed and failed.reasons() == [
+        "throughput: too slow: median 20,480 tokens/s, expected 41,000 (spec) x 1 = 41,000; no single node stands out (compute per iteration:"
+        " node1 100 ms, node2 104 ms): the whole cluster is slower than measured",
+        "GPU utilisation and memory: no nvidia-smi samples from the nodes (logs/gpu-*.csv): is nvidia-smi on PATH?",
+        "every rank alive: torchrun did not finish cleanly on node3 (waiting)",
+    ]
