@@ -1,9 +1,13 @@
-"""Linters as tests: ruff, mypy (strict) and ansible-lint (production profile) must be clean."""
+"""Linters as tests: ruff, mypy (strict) and ansible-lint (production profile) must be clean; no shipped file turns
+host key checking off."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -33,3 +37,81 @@ def test_ansible_lint_production_profile():
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "Profile 'production' was required, and it passed" in proc.stdout + proc.stderr
+
+
+# Host key checking turned off, in every spelling that takes effect. OpenSSH (readconf.c) matches keywords and the
+# values of StrictHostKeyChecking case-insensitively, separates them by `=` or whitespace (`-oKey=value`, `Key value`,
+# `Key = value`, values optionally quoted), and reads no, off and false as "off" and accept-new as "trust a new key":
+# both let a node talk to a host whose key nobody pinned. Ansible's host_key_checking (ansible.cfg, the
+# ANSIBLE_HOST_KEY_CHECKING variable, the ansible_host_key_checking host variable) and community.general.ssh_config's
+# strict_host_key_checking do the same from the controller.
+_QUOTE = "[\"']?"
+_SEP = rf"{_QUOTE}(?:\s*[=:]\s*|\s+){_QUOTE}"
+HOST_KEY_CHECKING_OFF = re.compile(
+    rf"(?i)(?:stricthostkeychecking|strict_host_key_checking){_SEP}(?:no|off|false|accept-new)(?![\w.-])"
+    rf"|(?<![\w-])(?:ansible_)?(?:ssh_)?host_key_checking{_SEP}(?:no|off|false|0|n|f)(?![\w.-])"
+)
+# What ships: roles (tasks, templates, modules), playbooks, inventories, scripts, the package, ansible.cfg. Markdown
+# is left out: the READMEs name the forbidden settings to say they are never used.
+SHIPPED = ("roles", "playbooks", "inventories", "scripts", "megaprov")
+
+
+def _shipped_files():
+    for top in SHIPPED:
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.is_file() and path.suffix != ".md" and "__pycache__" not in path.parts:
+                yield path
+    yield ROOT / "ansible.cfg"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "StrictHostKeyChecking no",
+        "    stricthostkeychecking   accept-new",
+        "StrictHostKeyChecking=no",
+        "StrictHostKeyChecking = off",
+        "STRICTHOSTKEYCHECKING\tFalse",
+        'StrictHostKeyChecking "no"',
+        "ssh -oStrictHostKeyChecking=accept-new node2",
+        "ssh -o 'StrictHostKeyChecking no' node2",
+        '["-o", "StrictHostKeyChecking=Accept-New"]',
+        '{"StrictHostKeyChecking": "no"}',
+        "host_key_checking = False",
+        "ANSIBLE_HOST_KEY_CHECKING=false",
+        "ansible_host_key_checking: no",
+        "ansible_ssh_host_key_checking: n",
+        "strict_host_key_checking: accept-new",
+    ],
+)
+def test_host_key_checking_off_is_recognised_in_every_spelling(line):
+    assert HOST_KEY_CHECKING_OFF.search(line), line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "StrictHostKeyChecking yes",
+        "StrictHostKeyChecking=yes",
+        "StrictHostKeyChecking ask",
+        '"-o", "StrictHostKeyChecking=yes"',
+        "host_key_checking = True",
+        "ANSIBLE_HOST_KEY_CHECKING=True",
+        "StrictHostKeyChecking nothing-else",
+    ],
+)
+def test_host_key_checking_kept_on_is_not_flagged(line):
+    assert not HOST_KEY_CHECKING_OFF.search(line), line
+
+
+def test_host_key_checking_is_never_turned_off():
+    """No shipped file turns StrictHostKeyChecking or Ansible's host key checking off, in any spelling."""
+    scanned = list(_shipped_files())
+    # the files that set the policy are among those scanned (a wrong root would make this test pass on nothing)
+    assert {ROOT / "roles/ssh_mesh/templates/ssh_config.conf.j2", ROOT / "megaprov/lab.py", ROOT / "ansible.cfg"} <= set(scanned)
+    found = []
+    for path in scanned:
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if HOST_KEY_CHECKING_OFF.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "host key checking turned off:\n" + "\n".join(found)
