@@ -482,6 +482,17 @@ def _layer_parameters(spec: JobSpec) -> int:
     return 2 * norm + attention + mlp
 
 
+def _layer_parameters_per_rank(spec: JobSpec, tp: int) -> float:
+    """A layer's parameters on one tensor-parallel rank (Megatron-LM's ColumnParallelLinear/RowParallelLinear): the
+    GEMM weights and the column-parallel biases are split over ``tp``; the norms and the row-parallel layers' output
+    biases (attention projection, second MLP GEMM) are replicated on every rank."""
+    m = spec.model
+    h = m.hidden_size
+    norm = h if m.normalization == "RMSNorm" else 2 * h
+    replicated = 2 * norm + (2 * h if m.bias_linear else 0)
+    return replicated + (_layer_parameters(spec) - replicated) / tp
+
+
 def parameter_count(spec: JobSpec, tp: int = 1) -> dict[str, int]:
     """Parameters of the whole model (Megatron GPTModel): per part and total."""
     m = spec.model
@@ -544,11 +555,12 @@ def memory(spec: JobSpec, layout: Layout, cluster: Cluster) -> Memory:
     vocab = padded_vocab(tokenizer_vocab(spec) or 0, m.make_vocab_size_divisible_by, tp)
     h = m.hidden_size
     layers_per_stage = m.num_layers / pp
-    layer_params = _layer_parameters(spec) / tp
+    layer_params = _layer_parameters_per_rank(spec, tp)
     embedding = vocab * h / tp + (m.max_positions * h if m.position_embedding == "learned_absolute" else 0)
     output = vocab * h / tp if (m.untie_embeddings or pp > 1) else 0.0  # a tied embedding is copied to the last stage
-    first = layers_per_stage * layer_params + embedding + (output if pp == 1 else 0.0)
-    last = layers_per_stage * layer_params + output + (embedding if pp == 1 else 0.0)
+    final_norm = h if m.normalization == "RMSNorm" else 2 * h  # on the last stage, replicated over tensor ranks
+    first = layers_per_stage * layer_params + embedding + (output + final_norm if pp == 1 else 0.0)
+    last = layers_per_stage * layer_params + output + final_norm + (embedding if pp == 1 else 0.0)
     stage_params = max(first, last)
 
     d = dp * cp  # the distributed optimizer shards over data-parallel x context-parallel ranks
@@ -696,7 +708,7 @@ def fixes(spec: JobSpec, cluster: Cluster) -> list[Fix]:
     for pp in divisors(spec.model.num_layers):
         if pp > base.pp:
             trials.append(("parallel.pipeline", pp, replace(base, pp=pp)))
-    for mb in divisors(base.micro_batch):
+    for mb in reversed(divisors(base.micro_batch)):  # the largest micro-batch that fits: the least change, as for TP and PP
         if mb < base.micro_batch:
             trials.append(("train.micro_batch_size", mb, replace(base, micro_batch=mb)))
     stronger = {"none": ("selective", "full"), "selective": ("full",), "full": ()}[base.recompute]

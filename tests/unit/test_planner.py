@@ -169,7 +169,7 @@ def test_plan_of_the_175b_example():
     assert (p.world, p.data_parallel, p.microbatches_per_step) == (1024, 8, 192)
     assert p.fits is True and 15 < p.memory.total / GIB < 40
     assert 0.2 < p.mfu_assumed < 0.5
-    assert p.tokens_per_second == pytest.approx(p.tokens_per_iteration / p.step_seconds)
+    assert p.tokens_per_iteration == 1536 * 2048  # tokens/s by hand: test_planner_memory.py
 
 
 def test_suggest_returns_only_valid_fitting_layouts_best_first():

@@ -1,0 +1,261 @@
+"""The planner's memory per GPU, its fixes, its suggestions and its tokens/s, against figures derived by hand.
+
+Every expected number below is arithmetic written out from published sources, never a call into the planner:
+- bytes per parameter for weights, gradients and optimizer states: Megatron-LM
+  ``docs/user-guide/features/dist_optimizer.md`` (bf16 parameters with fp32 gradients: 18 bytes without the
+  distributed optimizer, 6 + 12/d with it over d data-parallel ranks);
+- parameters held by a tensor-parallel rank: Megatron-LM's ColumnParallelLinear/RowParallelLinear split the GEMM
+  weights and the column-parallel biases over TP; norms and the row-parallel output biases are replicated; the
+  vocabulary is padded to a multiple of 128 x TP (``--make-vocab-size-divisible-by``);
+- activations: Korthikanti et al. 2022 (arXiv:2205.05198), Table 2: s*b*h*(34 + 5*a*s/h) bytes per layer, /t with
+  sequence parallelism, 34/t with selective recompute; flash attention stores no s x s scores, so no 5as/h term;
+  the first of p pipeline stages holds p micro-batches in flight (§4.2.3, 1F1B);
+- logits: the fp32 logits (Korthikanti §4.3: 4*s*b*V/t bytes) and their gradient of the same size: 8*s*b*V/t;
+- 3 GiB per GPU kept free for the CUDA context and NCCL (megaprov's own allowance, ``planner.RESERVED_GIB``).
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from megaprov import jobspec, planner
+from megaprov.planner import GIB, GPUS, Cluster, Layout
+
+JOBS = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+RESERVED = 3 * 2**30
+H100 = GPUS["H100-SXM"]  # 79.6 GiB
+
+
+def spec(name):
+    return jobspec.load(JOBS / f"{name}.yml")
+
+
+def tweak(s, section, **fields):
+    return s.model_copy(update={section: getattr(s, section).model_copy(update=fields)})
+
+
+# ---------------------------------------------------------------------------------------- three layouts that fit
+
+
+def test_gpt_345m_on_one_gpu_without_the_distributed_optimizer():
+    """GPT-2 medium (L 24, h 1024, a 16, s 1024, V 50257 -> 50304), micro-batch 8, one H100, 18 bytes/parameter."""
+    s = tweak(spec("gpt-345m-1node"), "parallel", distributed_optimizer=False)
+    mem = planner.memory(s, Layout.of(s), Cluster(1, 1, H100))
+    h, L, V, S, b = 1024, 24, 50304, 1024, 8
+    layer = 12 * h * h + 13 * h  # QKV 3h^2+3h, proj h^2+h, MLP 8h^2+5h, two LayerNorms 4h
+    params = L * layer + V * h + S * h + 2 * h  # + tied word embedding, learned positions, final LayerNorm
+    assert params == 354_871_296
+    assert mem.parameters == params
+    assert mem.weights_and_optimizer == params * 18 == 6_387_683_328
+    assert mem.activations == 34 * S * b * h * L == 6_845_104_128  # auto attention (flash/fused): no score term
+    assert mem.logits == 8 * S * b * V == 3_296_722_944
+    total = 6_387_683_328 + 6_845_104_128 + 3_296_722_944 + RESERVED
+    assert mem.total == total == 19_750_735_872  # 18.39 GiB: fits
+    assert mem.fits is True
+
+
+def test_llama_8b_tp2_dp4_with_the_distributed_optimizer():
+    """Llama-3-8B (L 32, h 4096, f 14336 SwiGLU, GQA 8 groups, V 128256, untied), TP 2 + SP, PP 1, DP 4, selective
+    recompute, micro-batch 1, s 8192, flash attention, on one 8 x H100 node."""
+    s = spec("llama-8b-2nodes")
+    mem = planner.memory(s, Layout.of(s), Cluster(1, 8, H100))
+    h, f, V, S, t = 4096, 14336, 128256, 8192, 2  # 128256 = 501 x 256 is already a multiple of 128 x TP
+    linear = h * (h + 2 * 1024) + h * h + 3 * h * f  # QKV (8 groups of 128), output projection, SwiGLU MLP
+    assert linear == 218_103_808
+    per_rank_layer = linear // t + 2 * h  # the two RMSNorms are replicated on both TP ranks
+    params = 32 * per_rank_layer + 2 * V * h // t + h  # + word embedding and output layer split over TP, final norm
+    assert params == 4_015_263_744  # (8,030,261,248 + the replicated norms) / 2
+    assert mem.parameters == params
+    assert mem.weights_and_optimizer == params * (6 + 12 / 4) == 36_137_373_696  # sharded over the 4 DP ranks
+    # Korthikanti's 34 = 15 (attention 11, norms 4) + 19 (GELU MLP: 2 + 2*4 + 2*4 + 1); SwiGLU with f/h = 3.5 stores
+    # its input (2), the doubled first-GEMM output (2*2*3.5), the second GEMM's input (2*3.5) and a mask (1): 24.
+    assert mem.activations == (15 + 24) * S * 1 * h / t * 32 == 20_937_965_568  # /t: sequence parallel
+    assert mem.logits == 8 * S * 1 * V / t == 4_202_692_608
+    assert mem.total == 36_137_373_696 + 20_937_965_568 + 4_202_692_608 + RESERVED == 64_499_257_344  # 60.07 GiB
+    assert mem.fits is True
+
+
+def test_gpt3_175b_tp8_pp16_dp8():
+    """GPT-3 175B (L 96, h 12288, a 96, s 2048, V 50257 -> 51200) as Megatron-LM's example: TP 8 + SP, PP 16 (6 layers
+    per stage), DP 8, selective recompute, distributed optimizer, micro-batch 1, on 128 x 8 H100."""
+    s = spec("gpt3-175b-128nodes")
+    mem = planner.memory(s, Layout.of(s), Cluster(128, 8, H100))
+    h, V, S, t = 12288, 51200, 2048, 8
+    per_rank_layer = 12 * h * h // t + 7 * h // t + 6 * h  # split: GEMMs, QKV and fc1 biases; replicated: 2 LNs, 2 biases
+    first_stage = 6 * per_rank_layer + V * h // t + S * h  # word embedding (split) and learned positions (replicated)
+    last_stage = 6 * per_rank_layer + V * h // t + 2 * h  # the tied embedding's copy and the final LayerNorm
+    assert first_stage == 1_463_270_400 > last_stage
+    assert mem.parameters == first_stage
+    assert mem.weights_and_optimizer == first_stage * (6 + 12 / 8) == 10_974_528_000
+    # first stage: 6 layers x 16 micro-batches in flight, 34*s*b*h/t each (selective recompute + sequence parallel)
+    assert mem.activations == 34 * S * h / t * 6 * 16 == 10_267_656_192
+    assert mem.logits == 8 * S * V / t == 104_857_600
+    assert mem.total == 10_974_528_000 + 10_267_656_192 + 104_857_600 + RESERVED == 24_568_267_264  # 22.88 GiB
+    assert mem.fits is True
+
+
+@pytest.mark.parametrize(("precision", "plain", "sharded"), [("bf16", 18, 6 + 12 / 8), ("fp16", 20, 4 + 16 / 8), ("fp32", 16, 8 + 8 / 8)])
+def test_bytes_per_parameter_follow_megatrons_table(precision, plain, sharded):
+    """The three rows of Megatron-LM's distributed-optimizer table, d = 8 (345M on one 8-GPU node, DP 8)."""
+    s = tweak(spec("gpt-345m-1node"), "train", precision=precision)
+    c = Cluster(1, 8, H100)
+    params = 354_871_296  # as derived above
+    dist = planner.memory(s, Layout.of(s), c)
+    assert dist.weights_and_optimizer == pytest.approx(params * sharded, rel=1e-12)
+    assert planner.memory(s, replace(Layout.of(s), distributed_optimizer=False), c).weights_and_optimizer == params * plain
+
+
+def test_context_parallel_ranks_share_the_optimizer_shards():
+    """Megatron shards the distributed optimizer over the data-parallel x context-parallel group: CP 2 x DP 4."""
+    s = spec("gpt-345m-1node")
+    mem = planner.memory(s, replace(Layout.of(s), cp=2), Cluster(1, 8, H100))
+    assert mem.weights_and_optimizer == pytest.approx(354_871_296 * (6 + 12 / 8), rel=1e-12)
+    assert mem.activations == 34 * (1024 / 2) * 8 * 1024 * 24  # each CP rank holds half the sequence
+    assert mem.logits == 8 * (1024 / 2) * 8 * 50304
+
+
+def test_fp32_training_stores_activations_in_four_bytes():
+    s = tweak(spec("gpt-345m-1node"), "train", precision="fp32")
+    assert planner.memory(s, Layout.of(s), Cluster(1, 8, H100)).activations == 2 * 6_845_104_128
+
+
+def test_on_cpu_there_is_no_capacity_and_no_verdict():
+    s = spec("gpt-345m-1node")
+    mem = planner.memory(s, Layout.of(s), Cluster(1, 8, GPUS["cpu"]))
+    assert (mem.capacity, mem.reserved, mem.fits) == (0.0, 0.0, None)
+
+
+# ---------------------------------------------------------------- a job that does not fit, its fixes re-planned
+
+
+def llama_on_one_node_without_dist_opt():
+    s = tweak(spec("llama-8b-2nodes"), "parallel", distributed_optimizer=False, overlap_param_gather=False)
+    return tweak(s, "launch", nodes=1)
+
+
+def test_fixes_are_the_hand_derived_ones_and_each_fixed_spec_fits_when_planned_again():
+    """Llama-8B on 8 x H100 with TP 2 and no distributed optimizer needs 93.7 GiB a GPU (the 4,015,263,744 parameters
+    of the layout above at 18 bytes). Each single change below is derived by hand; the planner must name exactly
+    these, and the spec with the change applied must plan again as fitting, at the hand-derived figure."""
+    s = llama_on_one_node_without_dist_opt()
+    c = Cluster(1, 8, H100)
+    capacity = 79.6 * GIB
+    S, h, V = 8192, 4096, 128256
+    act_tp2 = 39 * S * h / 2 * 32  # as in the TP 2 layout above: 20,937,965,568
+    logits_tp2 = 8 * S * V / 2
+    original = 4_015_263_744 * 18 + act_tp2 + logits_tp2 + RESERVED
+    assert original / GIB == pytest.approx(93.725, abs=1e-3) and original > capacity
+    p = planner.plan(s, c)
+    assert p.fits is False and p.memory.total == original
+
+    # TP 4 (with sequence parallelism): V padded to a multiple of 512 = 128512; 32 layers of linear/4 + 2 norms.
+    tp4 = (32 * (218_103_808 // 4 + 2 * h) + 2 * 128512 * h // 4 + h) * 18 + 39 * S * h / 4 * 32 + 8 * S * 128512 / 4 + RESERVED
+    # the distributed optimizer over DP 4: 6 + 12/4 bytes a parameter
+    dist = 4_015_263_744 * (6 + 12 / 4) + act_tp2 + logits_tp2 + RESERVED
+    # PP 2: 16 layers a stage; the last stage (output layer + final norm) is the larger; 2 micro-batches in flight
+    pp2 = (16 * (218_103_808 // 2 + 2 * h) + 128256 * h // 2 + h) * 18 + 39 * S * h / 2 * 16 * 2 + logits_tp2 + RESERVED
+    # full recompute: each layer keeps its 2-byte input (/t with SP), one layer is recomputed at a time (39/t)
+    full = 4_015_263_744 * 18 + (2 * S * h / 2 * 32 + 39 * S * h / 2) + logits_tp2 + RESERVED
+    expected = {
+        ("parallel.tensor", 4): tp4,
+        ("parallel.distributed_optimizer", True): dist,
+        ("parallel.pipeline", 2): pp2,
+        ("train.recompute", "full"): full,
+    }
+    assert all(v <= capacity for v in expected.values())
+    assert [(f.field, f.value) for f in p.fixes] == sorted(expected, key=expected.get)  # smallest memory first
+    for fix in p.fixes:
+        assert fix.memory_gib == pytest.approx(expected[fix.field, fix.value] / GIB, rel=1e-12)
+        section, name = fix.field.split(".")
+        fixed = tweak(s, section, **{name: fix.value})
+        if name == "tensor":
+            fixed = tweak(fixed, "parallel", sequence_parallel=True)
+        assert planner.spec_problems(fixed, c.world, c.gpus_per_node) == [], fix
+        again = planner.plan(fixed, c)
+        assert again.fits is True and again.memory.total == pytest.approx(expected[fix.field, fix.value], rel=1e-12), fix
+        assert again.fixes == ()
+    assert "parallel.distributed_optimizer=True (60.1 GiB)" in [f.render() for f in p.fixes]
+
+
+def test_a_micro_batch_fix_is_a_smaller_divisor_and_fits_when_planned_again():
+    """345M with micro-batch 32 on one 24 GB A10 (22.0 GiB): activations 34*s*b*h*L and logits 8*s*b*V grow with b.
+    The fix is the largest micro-batch that fits (8), the least change, not 1 (which fits too, but runs small GEMMs)."""
+    s = tweak(spec("gpt-345m-1node"), "train", micro_batch_size=32)
+    c = Cluster(1, 1, GPUS["A10"])
+    weights = 354_871_296 * 18
+
+    def total(b):
+        return weights + 34 * 1024 * b * 1024 * 24 + 8 * 1024 * b * 50304 + RESERVED
+
+    assert total(32) / GIB > total(16) / GIB > 22.0 >= total(8) / GIB  # 46.73, 27.84, 18.39 GiB
+    p = planner.plan(s, c)
+    assert p.fits is False and p.memory.total == total(32)
+    micro = [f for f in p.fixes if f.field == "train.micro_batch_size"]
+    assert [(f.value, f.memory_gib) for f in micro] == [(8, pytest.approx(total(8) / GIB, rel=1e-12))]
+    again = planner.plan(tweak(s, "train", micro_batch_size=8), c)
+    assert again.fits is True and again.memory.total == total(8)
+
+
+def test_a_job_that_fits_gets_no_fixes():
+    p = planner.plan(spec("llama-8b-2nodes"), Cluster(2, 8, H100))
+    assert p.fits is True and p.fixes == ()
+
+
+def test_suggestions_fit_when_planned_again_and_the_best_is_the_hand_derived_one():
+    """Every suggested layout, written into the spec and planned again, is valid and fits at the suggested figure.
+    The best for Llama-8B on 8 x H100 is TP 1, PP 4, DP 2, no recompute, distributed optimizer (hand figure below)."""
+    s = llama_on_one_node_without_dist_opt()
+    c = Cluster(1, 8, H100)
+    found = planner.suggest(s, c, top=6)
+    assert len(found) == 6
+    for cand in found:
+        lay = cand.layout
+        fixed = tweak(
+            s,
+            "parallel",
+            tensor=lay.tp,
+            pipeline=lay.pp,
+            context=lay.cp,
+            virtual_stages=lay.vp,
+            sequence_parallel=lay.sequence_parallel,
+            distributed_optimizer=lay.distributed_optimizer,
+        )
+        fixed = tweak(fixed, "train", micro_batch_size=lay.micro_batch, recompute=lay.recompute)
+        assert planner.spec_problems(fixed, c.world, c.gpus_per_node) == [], lay
+        again = planner.plan(fixed, c)
+        assert again.fits is True, lay
+        assert again.memory.total / GIB == pytest.approx(cand.memory_gib, rel=1e-12)
+        assert again.data_parallel == cand.data_parallel == 8 // (lay.tp * lay.pp * lay.cp)
+        assert again.tokens_per_second == pytest.approx(cand.tokens_per_second, rel=1e-12)
+    best = found[0]
+    assert best.layout == Layout(1, 4, 1, None, 1, "none", False, True)
+    # TP 1: V stays 128256; last stage = 8 layers of 218,112,000 + output layer + final norm; 6 + 12/2 bytes;
+    # 8 layers x 4 micro-batches in flight x 39*s*h (no SP, flash); logits 8*s*V.
+    params = 8 * 218_112_000 + 128256 * 4096 + 4096
+    total = params * (6 + 12 / 2) + 39 * 8192 * 4096 * 8 * 4 + 8 * 8192 * 128256 + RESERVED
+    assert best.memory_gib == pytest.approx(total / GIB, rel=1e-12)  # 75.20 GiB
+
+
+# ------------------------------------------------------------------------------------------------ tokens/s
+
+
+def test_tokens_per_second_of_the_175b_example_by_hand():
+    """tokens/s = world x peak x MFU / (FLOPs per token x (1 + recompute overhead)).
+
+    FLOPs per token, Megatron-LM's formula in closed form (Narayanan et al. 2021): 72*L*h^2*(1 + s/(12h) + V/(12Lh)).
+    Selective recompute repeats the causal attention's forward: 2*s*h per layer per token (causal counted at half).
+    MFU = 0.50 (the planner's assumption) x its efficiency factors: TP 8 all-reduces 1 - 0.04*log2(8), the 1F1B bubble
+    1/(1 + (p-1)/m) with m = 1536/8 = 192, small GEMMs rows/(rows + 256) x cols/(cols + 128) with rows s*b = 2048 and
+    cols h/t = 1536. Peak: H100-SXM dense BF16, 989 TFLOP/s (NVIDIA data sheet).
+    """
+    p = planner.plan(spec("gpt3-175b-128nodes"), Cluster(128, 8, H100))
+    L, h, S, V = 96, 12288, 2048, 51200
+    per_token = 72 * L * h * h * (1 + S / (12 * h) + V / (12 * L * h))
+    overhead = 2 * S * h * L / per_token
+    mfu = 0.50 * (1 - 0.04 * 3) / (1 + 15 / 192) * (2048 / 2304) * (1536 / 1664)
+    assert p.mfu_assumed == pytest.approx(mfu, rel=1e-12)  # 0.3363
+    tokens = 1024 * 989e12 * mfu / (per_token * (1 + overhead))
+    assert p.tokens_per_second == pytest.approx(tokens, rel=1e-12)
+    assert round(tokens, -2) == 317_900
+    assert p.step_seconds == pytest.approx(1536 * 2048 / tokens, rel=1e-12)  # 9.90 s an iteration
