@@ -4,7 +4,8 @@ machine (restarts, node exits) and its metrics files. The verdict's tests are in
 
 import json
 import math
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 
 import pytest
 
@@ -217,3 +218,167 @@ def test_the_trainers_evidence_lines_are_parsed_per_node():
     assert log.launch_rates == {"node1": {0: 0.0152}, "node2": {1: 0.0017}}
     assert [w.first for w in log.rank_compute["node2"]] == [1, 11, 21] and log.errors == []
     assert follow.parse_evidence("megaprov.trainer: something failed") is None
+
+
+# ---- field by field
+
+
+def test_every_field_lands_in_its_attribute_with_its_type():
+    it = follow.parse_iteration(megatron_v04_line(10, 100, 80, 1234.5, 3e-4, 8, 5.4321, 1.25, 1, 2))
+    assert it.loss_scale == 65536.0
+    for name in ("consumed_samples", "global_batch", "skipped", "nan"):
+        assert type(getattr(it, name)) is int, name  # counters stay integers (metrics.jsonl writes 80, not 80.0)
+    assert type(it.ms_per_iteration) is float and type(it.iteration) is int and type(it.total) is int
+    assert follow.parse_iteration(" iteration 3/ 9 | lm loss: abc | learning rate | grad norm: 2.0 | color: 1 |") == follow.Iteration(
+        3, 9, grad_norm=2.0
+    )
+    stamped = follow.parse_iteration(" [2026-11-30 01:02:03] iteration 3/ 9 |")
+    assert (stamped.logged_at, stamped.iteration, stamped.total) == ("2026-11-30 01:02:03", 3, 9)
+
+
+def test_evidence_fields():
+    assert follow.parse_evidence("x megaprov compute | rank: 3 | rate (TFLOP/s): 1.5 | noise |") == (
+        "compute",
+        {"rank": "3", "rate (TFLOP/s)": "1.5"},
+    )
+    base = {"rank": "2", "iterations": "11-20", "compute time per iteration (ms)": "81.5"}
+    assert follow.parse_rank_compute(base) == follow.RankCompute(2, 11, 20, 81.5, 0.0)  # no wait field: 0
+    assert follow.parse_rank_compute({**base, "iterations": "7"}) == follow.RankCompute(2, 7, 7, 81.5, 0.0)  # one iteration
+    assert follow.parse_rank_compute({**base, "rank": "two"}) is None
+    assert follow.parse_rank_compute({k: v for k, v in base.items() if k != "iterations"}) is None
+
+
+def test_feed_keeps_the_iterations_host_throughput_and_counters():
+    log = follow.JobLog(seq_length=100)
+    assert log.feed("node2", " iteration 1/ 9 | elapsed time per iteration (ms): 200.0 | global batch size: 4 |", 5.0).iteration == 1
+    log.feed("node1", " iteration 2/ 9 | elapsed time per iteration (ms): 200.0 |", 6.0)  # no batch size: no rate
+    log.feed("node2", " iteration 3/ 10 | global batch size: 4 |", 7.0)  # no time: no rate
+    assert log.iteration_host == "node2"
+    assert log.iterations[1].tokens_per_second == 4 * 100 / 0.2 and log.iterations[1].seen == 5.0
+    assert log.iterations[2].tokens_per_second is None and log.iterations[3].tokens_per_second is None
+    assert (log.furthest, log.current, log.last_seen, log.total, log.restarts) == (3, 3, 7.0, 10, [])
+    assert [x.iteration for x in log.series()] == [1, 2, 3]
+
+
+def test_a_restart_opened_by_the_start_line_is_closed_by_the_iteration_that_goes_back():
+    log = follow.JobLog(seq_length=16)
+    start = "megaprov: node node2 (node rank 1): torchrun starting at 2026-11-30T01:00:00.000Z"
+    log.feed("node2", start, 0.0)  # before any iteration: the first start, not a restart
+    feed_run(log, "node2", range(1, 28), 1.0)
+    assert log.restarts == []
+    log.feed("node2", start, 2.0)  # opened: failed after 27, resuming from where it stopped so far
+    feed_run(log, "node2", [21], 3.0)  # goes back: the same restart, resumed from 20
+    feed_run(log, "node2", [22], 4.0)
+    assert [(r.seen, r.last_iteration, r.resumed_from, r.first_iteration_seen) for r in log.restarts] == [(1.0, 27, 20, 3.0)]
+    assert (log.iterations[22].attempt, log.furthest, log.current) == (1, 27, 22)
+    feed_run(log, "node2", [10], 5.0)  # back again, without a start line (torchrun restarted its workers)
+    assert [(r.seen, r.last_iteration, r.resumed_from, r.first_iteration_seen) for r in log.restarts][1] == (4.0, 22, 9, 5.0)
+    assert log.iterations[10].attempt == 2
+
+
+def test_evidence_checkpoint_sigterm_and_error_lines():
+    log = follow.JobLog(seq_length=16)
+    assert log.feed("node1", " megaprov compute | rank: 0 | rate (TFLOP/s): fast |", 0) is None
+    log.feed("node1", " megaprov compute | rank: 0 |", 0)
+    log.feed("node1", " megaprov straggler | rank: 0 | iterations: 1-10 |", 0)
+    assert (log.launch_rates, log.rank_compute) == ({}, {})
+    log.feed("node1", "  successfully saved checkpoint at iteration      30 to /c", 0)
+    log.feed("node1", "  successfully loaded checkpoint from /c [ t 1/1 ] at iteration 30", 0)
+    assert (log.saves, log.loads) == ([30], [30])
+    log.feed("node1", "megaprov: node node1 (node rank 0): torchrun exited with -9 at 2026-11-30T01:00:09.000Z", 0)
+    assert log.node_state("node1") == "failed--9"
+    assert not log.sigterm
+    log.feed("node1", "[rank0]: exiting program after receiving SIGTERM.", 0)
+    assert log.sigterm
+    for i in range(12):
+        log.feed("node1", f"  RuntimeError: failure {i}  ", 0)
+    log.feed("node1", "RuntimeError: failure 11", 0)  # once only
+    assert log.errors == [f"RuntimeError: failure {i}" for i in range(2, 12)]  # the last ten
+
+
+def test_log_reader_keeps_its_place_and_replaces_undecodable_bytes(tmp_path):
+    path = tmp_path / "node.log"
+    path.write_bytes(b"a\xff\n")
+    reader = follow.LogReader(path)
+    assert reader.lines() == ["a\ufffd"] and reader.lines() == []
+    with path.open("ab") as handle:
+        handle.write(b"b\nc")
+    assert reader.lines() == ["b"] and reader.offset == 6 and reader.partial == b"c"
+
+
+def test_gpu_sample_times_and_the_training_window(tmp_path):
+    assert follow.gpu_samples(tmp_path / "absent.csv") == []
+    path = tmp_path / "gpu.csv"
+    path.write_text("2026/11/30 01:00:00.000, 0, 97, 40000, 81559\nwhenever, 1, 50, 1, 2\n")
+    rows = follow.gpu_samples(path)
+    assert rows[0]["at"] == datetime(2026, 11, 30, 1, 0, 0).timestamp() and "at" not in rows[1]
+    log = follow.JobLog(seq_length=16)
+    log.feed("n", " [2026-11-30 01:00:00.250000] iteration 1/ 3 |", 0)
+    assert follow.training_window(log) is None  # one time is no window
+    log.feed("n", " [2026-11-30 01:00:10] iteration 2/ 3 |", 0)
+    log.feed("n", " iteration 3/ 3 |", 0)
+    start = datetime(2026, 11, 30, 1, 0, 0).timestamp()
+    assert follow.training_window(log) == (start, start + 11.0)  # to the end of the last second logged
+    log.iterations[3].logged_at = "2026-13-45 99:00:00"  # not a time: skipped
+    assert follow.training_window(log) == (start, start + 11.0)
+    window = (start, start + 11.0)
+    samples = [{"at": start - 0.5}, {"at": start}, {"at": start + 11.0}, {"at": start + 11.5}, {"util": 1.0}]
+    assert follow.during(samples, window) == [{"at": start}, {"at": start + 11.0}, {"util": 1.0}]
+    assert follow.during(samples, None) == samples
+
+
+def test_metrics_record_and_the_prometheus_text():
+    record = follow.metrics_record(follow.Iteration(4, 60, loss=float("inf"), grad_norm=float("nan"), lr=1e-3))
+    assert record == {"iteration": 4, "total": 60, "seen": 0.0, "lr": 1e-3, "loss": "inf", "grad_norm": "nan", "skipped": 0, "nan": 0, "attempt": 0}
+    log = follow.JobLog(seq_length=16)
+    log.feed("n", " iteration 7/ 60 | elapsed time per iteration (ms): 250.0 | global batch size: 2 | lm loss: 4.5 |", 0)
+    log.saves = [5, 3]
+    log.restarts = [follow.Restart(0.0, 7, 5)]
+    assert follow.prometheus_text("job-a", log, "running") == (
+        "# HELP megaprov_job_iteration Latest training iteration logged\n"
+        "# TYPE megaprov_job_iteration gauge\n"
+        'megaprov_job_iteration{job_name="job-a"} 7\n'
+        "# HELP megaprov_job_train_iterations Iterations the job trains for\n"
+        "# TYPE megaprov_job_train_iterations gauge\n"
+        'megaprov_job_train_iterations{job_name="job-a"} 60\n'
+        "# HELP megaprov_job_restarts_total Restarts that resumed from a checkpoint\n"
+        "# TYPE megaprov_job_restarts_total counter\n"
+        'megaprov_job_restarts_total{job_name="job-a"} 1\n'
+        "# HELP megaprov_job_checkpoint_iteration Latest iteration saved in a checkpoint\n"
+        "# TYPE megaprov_job_checkpoint_iteration gauge\n"
+        'megaprov_job_checkpoint_iteration{job_name="job-a"} 5\n'
+        "# HELP megaprov_job_running 1 while the job runs\n"
+        "# TYPE megaprov_job_running gauge\n"
+        'megaprov_job_running{job_name="job-a"} 1\n'
+        "# HELP megaprov_job_loss lm loss of the latest iteration\n"
+        "# TYPE megaprov_job_loss gauge\n"
+        'megaprov_job_loss{job_name="job-a"} 4.5\n'
+        "# HELP megaprov_job_tokens_per_second Cluster throughput of the latest iteration\n"
+        "# TYPE megaprov_job_tokens_per_second gauge\n"
+        'megaprov_job_tokens_per_second{job_name="job-a"} 128.0\n'
+        "# HELP megaprov_job_iteration_seconds Time per iteration\n"
+        "# TYPE megaprov_job_iteration_seconds gauge\n"
+        'megaprov_job_iteration_seconds{job_name="job-a"} 0.25\n'
+    )
+    empty = follow.prometheus_text("j", follow.JobLog(seq_length=16), "finished")
+    assert 'megaprov_job_running{job_name="j"} 0\n' in empty and 'megaprov_job_checkpoint_iteration{job_name="j"} 0\n' in empty
+    assert "megaprov_job_loss" not in empty and "iteration_seconds" not in empty
+
+
+def test_metrics_go_into_a_new_directory_and_append_writes_nothing_new_when_nothing_is(tmp_path):
+    log = follow.JobLog(seq_length=16)
+    feed_run(log, "n", [1, 2], 1.0)
+    target = tmp_path / "a" / "metrics"
+    follow.write_metrics(target, "j", log, "running")
+    assert [json.loads(line)["iteration"] for line in (target / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    follow.append_metrics(target, "j", [], log, "finished")
+    assert len((target / "metrics.jsonl").read_text().splitlines()) == 2
+    assert 'megaprov_job_running{job_name="j"} 0' in (target / "metrics.prom").read_text()
+    assert sorted(p.name for p in target.iterdir()) == ["metrics.jsonl", "metrics.prom"]
+
+
+def test_utc_now_is_an_iso_time_in_utc():
+    before = datetime.now(UTC).replace(microsecond=0)
+    stamp = follow.utc_now()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
+    assert before <= datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) <= datetime.now(UTC)
