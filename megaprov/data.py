@@ -149,7 +149,8 @@ class Encoded:
     docs: dict[str, tuple[np.ndarray, np.ndarray]]
     bytes_in: int
     skipped_empty: int
-    error: str | None = None
+    error: str | None = None  # the problem, naming the file and line
+    hint: str = "fix or remove that line"  # its fix (apart: a file name may hold any text, '; ' included)
 
     def documents(self, key: str) -> Iterator[np.ndarray]:
         tokens, lengths = self.docs[key]
@@ -182,7 +183,7 @@ def _encode(batch: Batch) -> Encoded:
         try:
             record = json.loads(raw)
         except UnicodeDecodeError as exc:
-            return Encoded({}, size, 0, f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x}); save the file as UTF-8")
+            return Encoded({}, size, 0, f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x})", "save the file as UTF-8")
         except (json.JSONDecodeError, RecursionError) as exc:
             return Encoded({}, size, 0, f"{where}: not a JSON object ({getattr(exc, 'msg', 'nested too deeply')})")
         if not isinstance(record, dict):
@@ -191,7 +192,7 @@ def _encode(batch: Batch) -> Encoded:
             value = record.get(key)
             if not isinstance(value, str):
                 what = "has no key" if key not in record else f"has {'null' if value is None else 'a non-string ' + type(value).__name__} under"
-                return Encoded({}, size, 0, f"{where}: the record {what} {key!r}; use --json-keys with the field holding the text")
+                return Encoded({}, size, 0, f"{where}: the record {what} {key!r}", "use --json-keys with the field holding the text")
             texts[key].append(value)
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     skipped = 0
@@ -322,7 +323,7 @@ def prepare(
     try:
         for encoded in _ordered(paths, workers, (tokenizer, keys, append_eod)):
             if encoded.error:
-                raise DataError(encoded.error.split("; ")[0], encoded.error.split("; ")[1] if "; " in encoded.error else "fix or remove that line")
+                raise DataError(encoded.error, encoded.hint)
             if not builders:  # megatron-core (and torch) load only once the first batch is known to be good
                 builders = _builders(tmp, keys, tok.vocab_size, owner)
             for key in encoded.docs:

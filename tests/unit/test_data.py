@@ -165,6 +165,20 @@ def test_bad_arguments(tmp_path, kwargs, message):
     assert str(info.value).startswith(message)
 
 
+def test_an_input_of_empty_documents_only_is_refused(tmp_path):
+    src = tmp_path / "c.jsonl"
+    src.write_text('{"text": ""}\n\n{"text": ""}\n')
+    with pytest.raises(DataError) as info:
+        data.prepare([src], tmp_path / "out", TokenizerSpec("byte"))
+    assert info.value.message == "the input holds no non-empty documents"
+    assert "--json-keys" in info.value.hint
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DataError, match="no non-empty documents"):
+        data.prepare([empty], tmp_path / "out", TokenizerSpec("byte"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "empty.jsonl"]  # the partial files are removed
+
+
 def test_progress_is_reported(tmp_path):
     seen = []
     data.prepare([corpus(tmp_path)], tmp_path / "p", TokenizerSpec("byte"), on_progress=seen.append, progress_every=0.0)
