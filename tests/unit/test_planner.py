@@ -265,3 +265,357 @@ def test_rates_are_read_from_megaprovs_record_or_the_fact_cache(tmp_path, monkey
     assert found == {"node1": 0.0156, "node2": 0.02, "node3": 0.03}
     cluster = rates.with_rates(Cluster(2, 1, GPUS["cpu"], hosts=("node1", "node2", "node3")), str(inventory))
     assert planner.plan(lab_spec(), cluster).peak.host == "node1"  # the slowest of the job's two nodes
+
+
+# ---- every rule: the field it names, the message and the fix, exactly (what `megaprov plan` prints)
+
+
+def _gpt345m(*changes):
+    s = spec("gpt-345m-1node")
+    for section, fields in changes:
+        s = tweak(s, section, **fields)
+    return s
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            [("model", {"hidden_size": 1000})],
+            ("model.hidden_size", "model.hidden_size=1000 is not a multiple of model.num_attention_heads=16", "use a hidden size such as 1008"),
+        ),
+        (
+            [("model", {"num_query_groups": 3})],
+            ("model.num_query_groups", "model.num_query_groups=3 does not divide model.num_attention_heads=16", "use 1, 2, 4, 8 or 16"),
+        ),
+        (
+            [("model", {"num_query_groups": 2}), ("parallel", {"tensor": 4})],
+            ("parallel.tensor", "parallel.tensor=4 does not divide model.num_query_groups=2", "use 1 or 2"),
+        ),
+        (
+            [("model", {"ffn_hidden_size": 4097}), ("parallel", {"tensor": 2})],
+            ("model.ffn_hidden_size", "model.ffn_hidden_size=4097 is not a multiple of parallel.tensor=2", "use a multiple of 2"),
+        ),
+        # 36 has nine divisors: the fix lists the first eight
+        (
+            [("model", {"num_layers": 36}), ("parallel", {"pipeline": 5})],
+            ("parallel.pipeline", "parallel.pipeline=5 does not divide model.num_layers=36", "use 1, 2, 3, 4, 6, 9, 12 or 18"),
+        ),
+        (
+            [("parallel", {"virtual_stages": 2})],
+            ("parallel.virtual_stages", "parallel.virtual_stages=2 needs parallel.pipeline > 1", "raise parallel.pipeline or remove virtual_stages"),
+        ),
+        (
+            [("parallel", {"pipeline": 2, "virtual_stages": 5})],
+            ("parallel.virtual_stages", "parallel.virtual_stages=5 does not divide the 12 layers of each pipeline stage", "use 1, 2, 3, 4, 6 or 12"),
+        ),
+        (
+            [("parallel", {"context": 3})],
+            (
+                "parallel.context",
+                "model.seq_length=1024 is not divisible by 2 x parallel.context=6",
+                "use parallel.context 1, 2, 4, 8, 16, 32, 64 or 128",
+            ),
+        ),
+        # a one-token sequence has no context parallelism: the only choice is 1
+        (
+            [("model", {"seq_length": 1, "max_position_embeddings": 1}), ("parallel", {"context": 2})],
+            ("parallel.context", "model.seq_length=1 is not divisible by 2 x parallel.context=4", "use parallel.context 1"),
+        ),
+        (
+            [("parallel", {"sequence_parallel": True})],
+            (
+                "parallel.sequence_parallel",
+                "parallel.sequence_parallel=true needs parallel.tensor > 1",
+                "raise parallel.tensor or set sequence_parallel: false",
+            ),
+        ),
+        (
+            [("parallel", {"overlap_param_gather": True, "distributed_optimizer": False})],
+            (
+                "parallel.overlap_param_gather",
+                "parallel.overlap_param_gather=true needs parallel.distributed_optimizer=true",
+                "enable distributed_optimizer",
+            ),
+        ),
+        (
+            [("parallel", {"overlap_param_gather": True, "overlap_grad_reduce": False})],
+            (
+                "parallel.overlap_param_gather",
+                "parallel.overlap_param_gather=true needs parallel.overlap_grad_reduce=true",
+                "enable overlap_grad_reduce",
+            ),
+        ),
+        (
+            [("model", {"attention_backend": "local"})],
+            (
+                "model.attention_backend",
+                "model.attention_backend=local needs Megatron-LM's local layer spec (--spec local), which pretrain_gpt.py does not build by default",
+                "use auto, flash, fused or unfused",
+            ),
+        ),
+        (
+            [("parallel", {"tp_comm_overlap": True})],
+            ("parallel.tp_comm_overlap", "parallel.tp_comm_overlap=true needs parallel.sequence_parallel=true", "enable sequence_parallel"),
+        ),
+        (
+            [("model", {"max_position_embeddings": 512})],
+            ("model.max_position_embeddings", "model.max_position_embeddings=512 is below model.seq_length=1024", "use at least 1024"),
+        ),
+        (
+            [("train", {"micro_batch_size": 3})],
+            ("train.global_batch_size", "train.global_batch_size=256 is not a multiple of train.micro_batch_size=3", "use a multiple of 3"),
+        ),
+        ([("train", {"min_lr": 2e-4})], ("train.min_lr", "train.min_lr=0.0002 is above train.lr=0.00015", "use a min_lr at most lr")),
+        (
+            [("train", {"lr_warmup_iters": 320000})],
+            (
+                "train.lr_warmup_iters",
+                "train.lr_warmup_iters=320000 is not below the decay length 320000",
+                "shorten the warmup or lengthen train.lr_decay_iters",
+            ),
+        ),
+        (
+            [("train", {"lr_warmup_iters": 500000, "lr_decay_iters": None})],
+            (
+                "train.lr_warmup_iters",
+                "train.lr_warmup_iters=500000 is not below the decay length 500000",
+                "shorten the warmup or lengthen train.lr_decay_iters",
+            ),
+        ),
+        (
+            [("train", {"recompute_method": "block"})],
+            (
+                "train.recompute_method",
+                "train.recompute_method and recompute_num_layers apply only to recompute: full",
+                "set recompute: full or remove them",
+            ),
+        ),
+        (
+            [("train", {"recompute_num_layers": 2})],
+            (
+                "train.recompute_method",
+                "train.recompute_method and recompute_num_layers apply only to recompute: full",
+                "set recompute: full or remove them",
+            ),
+        ),
+        ([("data", {"mock": True})], ("data.mock", "data.mock=true and data.prefixes are both set", "remove the prefixes or set mock: false")),
+        (
+            [("data", {"prefixes": []})],
+            ("data.prefixes", "data.prefixes is empty and data.mock is false", "list prepared datasets (megaprov data prepare) or set mock: true"),
+        ),
+        (
+            [("data", {"tokenizer": jobspec.Tokenizer(type="gpt2-bpe", vocab_file="v.json")})],
+            (
+                "data.tokenizer.vocab_file",
+                "data.tokenizer.type=gpt2-bpe needs vocab_file and merge_file",
+                "give the paths of vocab.json and merges.txt",
+            ),
+        ),
+        (
+            [("data", {"tokenizer": jobspec.Tokenizer(type="huggingface")})],
+            ("data.tokenizer.path", "data.tokenizer.type=huggingface needs path", "give the directory holding tokenizer.json"),
+        ),
+        (
+            [("data", {"tokenizer": jobspec.Tokenizer(type="null")})],
+            ("data.tokenizer.vocab_size", "data.tokenizer.type=null needs vocab_size", "give the vocabulary size of the prepared data"),
+        ),
+        (
+            [("data", {"tokenizer": jobspec.Tokenizer(type="huggingface", path="t")})],
+            ("model.vocab_size", "model.vocab_size is unset and data.tokenizer.type=huggingface does not imply one", "set model.vocab_size"),
+        ),
+        (
+            [("checkpoint", {"directory": "runs/../../etc"})],
+            ("checkpoint.directory", "checkpoint.directory=runs/../../etc contains '..'", "give a path inside the shared directory"),
+        ),
+        (
+            [("launch", {"trainer": "lab", "launcher": "slurm"})],
+            ("launch.launcher", "launch.launcher=slurm does not run the lab trainer", "use launcher: torchrun with trainer: lab"),
+        ),
+        (
+            [("launch", {"trainer": "lab"}), ("parallel", {"pipeline": 2})],
+            ("parallel.pipeline", "the lab trainer supports tensor and data parallelism only", "set pipeline: 1 and context: 1 for trainer: lab"),
+        ),
+        (
+            [("launch", {"trainer": "lab"}), ("parallel", {"context": 2})],
+            ("parallel.pipeline", "the lab trainer supports tensor and data parallelism only", "set pipeline: 1 and context: 1 for trainer: lab"),
+        ),
+        (
+            [("launch", {"env": {"1ABC": "x"}})],
+            ("launch.env.1ABC", "launch.env.1ABC is not a valid environment variable name", "use letters, digits and _"),
+        ),
+        (
+            [("launch", {"env": {"A-B": "x"}})],
+            ("launch.env.A-B", "launch.env.A-B is not a valid environment variable name", "use letters, digits and _"),
+        ),
+        (
+            [("launch", {"extra_args": ["--lr=0.1"]})],
+            ("launch.extra_args", "launch.extra_args sets --lr, which megaprov renders from the spec", "set it through the spec field train.lr"),
+        ),
+    ],
+)
+def test_each_rule_names_its_field_message_and_fix(changes, expected):
+    assert [(p.path, p.message, p.fix) for p in planner.spec_problems(_gpt345m(*changes))] == [expected]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        [("parallel", {"virtual_stages": 1})],  # one virtual stage on one pipeline stage is no interleaving: allowed
+        [("train", {"min_lr": 1.5e-4})],  # min_lr equal to lr
+        [("train", {"lr_warmup_iters": 319999})],  # one iteration below the decay length
+        [("train", {"lr_warmup_iters": 320000, "lr_decay_style": "constant"})],  # no decay: any warmup
+        [("train", {"recompute": "full", "recompute_method": "block", "recompute_num_layers": 2})],
+        [("launch", {"trainer": "lab", "env": {"_OK_1": "x"}}), ("model", {"attention_backend": "local"})],  # the lab builds local
+        [("launch", {"extra_args": ["--lrx", "lr", "--use-flash-attn"]})],  # not a flag megaprov renders
+        [("parallel", {"tensor": 2, "sequence_parallel": True, "tp_comm_overlap": True})],
+        [("checkpoint", {"directory": "runs/a..b"})],  # '..' inside a name is no parent reference
+    ],
+)
+def test_the_boundaries_of_the_rules_are_allowed(changes):
+    assert planner.spec_problems(_gpt345m(*changes)) == []
+
+
+def test_world_rules_name_field_message_and_fix():
+    s = spec("gpt-345m-1node")
+    assert [(p.path, p.message, p.fix) for p in planner.spec_problems(tweak(s, "parallel", tensor=4), 6, 8)] == [
+        (
+            "parallel.tensor",
+            "the world of 6 GPUs is not a multiple of tensor x pipeline x context = 4x1x1 = 4",
+            "use a model-parallel product among 1, 2, 3 or 6",
+        )
+    ]
+    assert [(p.path, p.message, p.fix) for p in planner.spec_problems(s, 24, 8)] == [
+        (
+            "train.global_batch_size",
+            "train.global_batch_size=256 is not a multiple of micro_batch_size x data parallel = 8x24",
+            "use 384 (or change micro_batch_size or the parallel sizes)",
+        )
+    ]
+    assert [(p.path, p.fix) for p in planner.spec_problems(tweak(s, "parallel", tensor=8), 8, 4)] == [
+        ("parallel.tensor", "keep tensor parallelism inside a node: use 1, 2 or 4")
+    ]
+    # the exact fit: TP 4 x PP 2 x CP 1 on 8 GPUs, 256 = 8 x 32 x 1; TP equal to the node's GPUs
+    assert planner.spec_problems(tweak(s, "parallel", tensor=4, pipeline=2), 8, 4) == []
+    assert planner.spec_problems(s, 32, 8) == []
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "vocab_size", "expected"),
+    [
+        (jobspec.Tokenizer(type="byte"), None, 257),  # 256 byte values + end of document
+        (jobspec.Tokenizer(type="null", vocab_size=1000), None, 1001),  # + end of document
+        (jobspec.Tokenizer(type="gpt2-bpe", vocab_file="v", merge_file="m"), None, 50257),
+        (jobspec.Tokenizer(type="huggingface", path="t"), None, None),
+        (jobspec.Tokenizer(type="null"), None, None),
+        (jobspec.Tokenizer(type="huggingface", path="t"), 32000, 32000),  # the spec's own size wins
+        (jobspec.Tokenizer(type="byte"), 300, 300),
+    ],
+)
+def test_tokenizer_vocab(tokenizer, vocab_size, expected):
+    s = tweak(tweak(spec("gpt-345m-1node"), "data", tokenizer=tokenizer), "model", vocab_size=vocab_size)
+    assert planner.tokenizer_vocab(s) == expected
+
+
+def test_divisors():
+    assert planner.divisors(1) == [1]
+    assert planner.divisors(16) == [1, 2, 4, 8, 16]  # a square: 4 once
+    assert planner.divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
+    assert planner.divisors(97) == [1, 97]
+
+
+def test_rate_text_and_default_mfu():
+    assert planner.rate_text(0.0625) == "62.5 GFLOP/s"
+    assert planner.rate_text(0.9999) == "999.9 GFLOP/s"
+    assert planner.rate_text(1.0) == "1.0 TFLOP/s"
+    assert planner.rate_text(989.0) == "989.0 TFLOP/s"
+    assert planner.default_mfu(Cluster(2, 1, GPUS["cpu"])) == 0.025
+    assert planner.default_mfu(H100x8) == 0.5
+
+
+# ---- what plan() reports besides memory
+
+
+def test_the_plan_of_the_345m_example_on_its_node():
+    p = planner.plan(spec("gpt-345m-1node"), H100x8)
+    assert (p.job, p.nodes, p.gpus_per_node, p.gpu, p.world) == ("gpt-345m", 1, 8, "H100-SXM", 8)
+    assert p.layout == Layout(1, 1, 1, None, 8, "none", False, True)
+    # DP 8, 256 / (8 x 8) = 4 micro-batches; whole numbers (the CLI prints them)
+    assert (p.data_parallel, p.microbatches_per_step) == (8, 4)
+    assert type(p.data_parallel) is int and type(p.microbatches_per_step) is int
+    assert p.padded_vocab == 50304  # 50257 up to a multiple of 128
+    assert p.parameters == 354_871_296  # 24 x (12h^2 + 13h) + 50304h + 1024h + 2h, h = 1024
+    assert p.tokens_per_iteration == 256 * 1024
+    assert (p.warnings, p.fixes) == ((), ())
+
+
+def test_the_plan_counts_parameters_with_the_vocabulary_padded_for_its_tensor_parallelism():
+    p = planner.plan(spec("gpt3-175b-128nodes"), Cluster(128, 8, GPUS["H100-SXM"]))
+    L, h, V, S = 96, 12288, 51200, 2048  # 50257 padded to a multiple of 128 x 8, not of 128 (50304)
+    assert (p.padded_vocab, p.parameters) == (V, 12 * L * h * h + 13 * L * h + V * h + S * h + 2 * h)
+
+
+def test_parameter_count_parts():
+    h, L = 1024, 24
+    tied = planner.parameter_count(spec("gpt-345m-1node"))  # default TP 1: V = 50304
+    assert tied == {
+        "embedding": 50304 * h + 1024 * h,
+        "transformer": L * (12 * h * h + 13 * h) + 2 * h,
+        "output": 0,
+        "total": 354_871_296,
+    }
+    untied = planner.parameter_count(spec("llama-8b-2nodes"), tp=2)
+    assert (untied["embedding"], untied["output"]) == (128256 * 4096, 128256 * 4096)  # RoPE: no position table
+    # an unknown vocabulary (a HuggingFace tokenizer without model.vocab_size) counts no vocabulary rows
+    hf = tweak(spec("gpt-345m-1node"), "data", tokenizer=jobspec.Tokenizer(type="huggingface", path="t"))
+    assert planner.parameter_count(hf)["embedding"] == 1024 * h
+    assert planner.plan(hf, H100x8).padded_vocab == 0
+
+
+def test_warning_sequence_parallel_off_with_tensor_parallelism():
+    s = tweak(spec("gpt-345m-1node"), "parallel", tensor=2)
+    assert planner.plan(s, H100x8).warnings == (
+        "parallel.sequence_parallel is off with tensor > 1: activations are not split (turn it on to save memory)",
+    )
+    assert planner.plan(tweak(s, "parallel", sequence_parallel=True), H100x8).warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("global_batch", "warning"),
+    [
+        (256, None),  # PP 2, DP 4, micro 8: 256 / 32 = 8 micro-batches = 4 x PP: no warning
+        (224, "about 14 %"),  # 7 micro-batches: bubble (p - 1) / m = 1/7
+        (32, "about 100 %"),  # one micro-batch: the bubble is a whole step
+    ],
+)
+def test_warning_pipeline_bubble_under_four_micro_batches_per_stage(global_batch, warning):
+    s = tweak(tweak(spec("gpt-345m-1node"), "parallel", pipeline=2), "train", global_batch_size=global_batch)
+    got = planner.plan(s, H100x8).warnings
+    if warning is None:
+        assert got == ()
+    else:
+        assert got == (f"fewer than 4 x pipeline micro-batches per step: the pipeline bubble costs {warning} of the step",)
+
+
+def test_warning_gpus_per_node_differs_from_the_cluster():
+    p = planner.plan(spec("gpt-345m-1node"), Cluster(1, 4, GPUS["H100-SXM"]))
+    assert p.warnings == ("launch.gpus_per_node=8 differs from the cluster's 4; the plan uses the cluster",)
+    assert (p.world, p.data_parallel) == (4, 4)
+    # a CPU lab node runs one process whatever the spec says: no warning
+    assert planner.plan(spec("lab-tiny"), Cluster(2, 2, GPUS["cpu"])).warnings == ()
+
+
+def test_layout_of_a_spec_and_its_description():
+    s = tweak(spec("gpt3-175b-128nodes"), "parallel", virtual_stages=2)
+    assert Layout.of(s) == Layout(8, 16, 1, 2, 1, "selective", True, True)
+    assert Layout.of(s).describe() == "TP=8 PP=16 VP=2 CP=1 micro=1 recompute=selective SP dist-opt"
+    plain = Layout(1, 1, 2, None, 4, "full", False, False)
+    assert plain.describe() == "TP=1 PP=1 CP=2 micro=4 recompute=full"
+
+
+def test_a_fact_without_devices_or_a_time_is_one_device_measured_at_no_time():
+    fact = {"version": 1, "backend": "torch-cuda", "dtype": "bfloat16", "tflops_per_device": 700, "devices": [{}] * 8}
+    assert planner.rate_from_fact("g1", fact) == planner.NodeRate("g1", 700.0, 8, "torch-cuda", "bfloat16", "")
+    assert planner.rate_from_fact("g1", {**fact, "devices": []}).devices == 1
+    assert planner.rate_from_fact("g1", {k: v for k, v in fact.items() if k != "devices"}).devices == 1
+    assert planner.rate_from_fact("g1", {k: v for k, v in fact.items() if k != "backend"}) is None

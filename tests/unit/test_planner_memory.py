@@ -259,3 +259,121 @@ def test_tokens_per_second_of_the_175b_example_by_hand():
     assert p.tokens_per_second == pytest.approx(tokens, rel=1e-12)
     assert round(tokens, -2) == 317_900
     assert p.step_seconds == pytest.approx(1536 * 2048 / tokens, rel=1e-12)  # 9.90 s an iteration
+
+
+def gpt_per_token(L, h, S, V):
+    """Megatron-LM's FLOPs per token for a GELU GPT with a 4h MLP, in closed form (Narayanan et al. 2021)."""
+    return 72 * L * h * h * (1 + S / (12 * h) + V / (12 * L * h))
+
+
+def test_tensor_parallelism_without_nvlink_costs_forty_percent():
+    """345M with TP 2 + SP on 8 x H100-PCIe (no NVLink, 756 TFLOP/s bf16): 0.5 x (1 - 0.04) x 0.6 x rows/(rows + 256)
+    x cols/(cols + 128), rows = 8 x 1024 tokens, cols = 1024 / 2; V padded to a multiple of 256: 50432."""
+    s = tweak(spec("gpt-345m-1node"), "parallel", tensor=2, sequence_parallel=True)
+    pcie = planner.plan(s, Cluster(1, 8, GPUS["H100-PCIe"]))
+    mfu = 0.5 * 0.96 * 0.6 * (8192 / 8448) * (512 / 640)
+    assert pcie.mfu_assumed == pytest.approx(mfu, rel=1e-12)
+    assert pcie.tokens_per_second == pytest.approx(8 * 756e12 * mfu / gpt_per_token(24, 1024, 1024, 50432), rel=1e-12)
+    assert planner.plan(s, Cluster(1, 8, H100)).mfu_assumed == pytest.approx(mfu / 0.6, rel=1e-12)
+
+
+def test_tensor_parallelism_across_nodes_costs_forty_percent():
+    s = tweak(spec("gpt-345m-1node"), "parallel", tensor=8, sequence_parallel=True)
+    # TP 8 over nodes of 4 GPUs: (1 - 0.04 x 3) x 0.6; rows 8192, cols 1024 / 8 = 128
+    assert planner.plan(s, Cluster(2, 4, H100)).mfu_assumed == pytest.approx(0.5 * 0.88 * 0.6 * (8192 / 8448) * (128 / 256), rel=1e-12)
+
+
+def test_context_parallelism_efficiency():
+    """CP 2 on 8 x H100: 1 - 0.03 x log2(2); each rank's rows are half the sequence: 8 x 1024 / 2 = 4096."""
+    s = tweak(spec("gpt-345m-1node"), "parallel", context=2)
+    p = planner.plan(s, Cluster(1, 8, H100))
+    mfu = 0.5 * 0.97 * (4096 / 4352) * (1024 / 1152)
+    assert p.mfu_assumed == pytest.approx(mfu, rel=1e-12)
+    assert p.tokens_per_second == pytest.approx(8 * 989e12 * mfu / gpt_per_token(24, 1024, 1024, 50304), rel=1e-12)
+
+
+def test_interleaved_pipeline_shrinks_the_bubble_and_costs_a_point_per_virtual_stage():
+    """175B with 2 virtual stages: bubble (p - 1)/(v x m) = 15/384; x (1 - 0.01 x 2)."""
+    s = tweak(spec("gpt3-175b-128nodes"), "parallel", virtual_stages=2)
+    mfu = 0.5 * 0.88 / (1 + 15 / 384) * 0.98 * (2048 / 2304) * (1536 / 1664)
+    assert planner.plan(s, Cluster(128, 8, H100)).mfu_assumed == pytest.approx(mfu, rel=1e-12)
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_recompute_overhead_of_the_175b_example(recompute):
+    """Full recompute runs every layer's forward again: a third of the layers' FLOPs (the logits' 6hV excluded)."""
+    s = tweak(spec("gpt3-175b-128nodes"), "train", recompute=recompute)
+    L, h, S, V = 96, 12288, 2048, 51200
+    per_token = gpt_per_token(L, h, S, V)
+    overhead = {"none": 0.0, "full": (per_token - 6 * h * V) / 3 / per_token}[recompute]
+    mfu = 0.5 * 0.88 / (1 + 15 / 192) * (2048 / 2304) * (1536 / 1664)
+    p = planner.plan(s, Cluster(128, 8, H100))
+    assert p.tokens_per_second == pytest.approx(1024 * 989e12 * mfu / (per_token * (1 + overhead)), rel=1e-12)
+
+
+def test_fp32_training_runs_at_the_fp32_peak_published_or_scaled_from_a_measured_rate():
+    s = tweak(spec("gpt-345m-1node"), "train", precision="fp32")
+    published = planner.rank_peak(Cluster(1, 8, H100), s)
+    assert (published.tflops, published.source, published.host) == (494.0, "published", None)
+    assert published.text == "published peak of H100-SXM, 494.0 TFLOP/s fp32 (no measured rate: run megaprov bootstrap or preflight)"
+    bf16 = planner.rank_peak(Cluster(1, 8, H100), spec("gpt-345m-1node"))
+    assert (bf16.tflops, bf16.text) == (
+        989.0,
+        "published peak of H100-SXM, 989.0 TFLOP/s bf16 (no measured rate: run megaprov bootstrap or preflight)",
+    )
+    rate = planner.NodeRate("g1", 700.0, 8, "torch-cuda", "bfloat16", "t")
+    measured = planner.rank_peak(Cluster(1, 8, H100, hosts=("g1",), rates=(rate,)), s)
+    assert measured.tflops == pytest.approx(700.0 * 494 / 989, rel=1e-12)  # the data sheet's fp32/bf16 ratio: 349.65
+    assert measured.text == (
+        "measured rate of g1, 349.6 TFLOP/s per rank (bfloat16 GEMM, torch-cuda, t), the slowest of 1 measured node(s)"
+        " scaled to fp32 by the published ratio"
+    )
+    # the same rate for bf16 training: as measured, not scaled
+    assert planner.rank_peak(Cluster(1, 8, H100, hosts=("g1",), rates=(rate,)), spec("gpt-345m-1node")).tflops == 700.0
+
+
+def test_cpu_ranks_on_one_node_share_its_measured_rate():
+    rate = planner.NodeRate("n1", 0.040, 1, "torch-cpu", "float32", "t")
+    peak = planner.rank_peak(Cluster(1, 2, GPUS["cpu"], hosts=("n1",), rates=(rate,)), spec("lab-tiny"))
+    assert peak.tflops == pytest.approx(0.020)  # two processes on the node: half each
+    assert peak.text == "measured rate of n1, 20.0 GFLOP/s per rank (float32 GEMM, torch-cpu, t), the slowest of 1 measured node(s)"
+    # no host list: every rate given is the job's
+    assert planner.job_rates(Cluster(1, 2, GPUS["cpu"], rates=(rate,))) == (rate,)
+    nominal = planner.rank_peak(Cluster(1, 2, GPUS["cpu"]), spec("lab-tiny"))
+    assert nominal.text == "nominal CPU peak 100.0 GFLOP/s (no measured rate: run megaprov bootstrap, whose python stage measures it)"
+
+
+# ------------------------------------------------------------------------------------------------ suggest
+
+
+def test_suggest_enumerates_every_valid_layout_once():
+    """345M on 2 x H100 (distributed optimizer on in the spec, so only layouts with it). (TP, PP, CP) whose product
+    divides 2: (1,1,1) DP 2, (2,1,1), (1,2,1), (1,1,2) DP 1. Micro-batches: divisors of 128 or 256 up to 16 (5).
+    Recompute: 3. Virtual stages with PP 2 (12 layers a stage): none, 2, 3, 4, 6. All fit in 79.6 GiB.
+    3 x 15 + 75 = 120."""
+    s = spec("gpt-345m-1node")
+    found = planner.suggest(s, Cluster(1, 2, H100), top=1000)
+    assert len(found) == 120
+    assert len({c.layout for c in found}) == 120
+    assert all(c.layout.distributed_optimizer and c.layout.sequence_parallel == (c.layout.tp > 1) for c in found)
+    assert {(c.layout.tp, c.layout.pp, c.layout.cp) for c in found} == {(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)}
+    assert {c.layout.micro_batch for c in found} == {1, 2, 4, 8, 16}
+    assert {c.layout.vp for c in found if c.layout.pp == 2} == {None, 2, 3, 4, 6}
+    assert {c.data_parallel for c in found if c.layout.tp * c.layout.pp * c.layout.cp == 1} == {2}
+    keys = [(-round(c.tokens_per_second, 6), c.memory_gib) for c in found]
+    assert keys == sorted(keys)  # fastest first, then the smaller
+    assert len(planner.suggest(s, Cluster(1, 2, H100))) == 10  # the default top
+
+
+def test_suggest_offers_the_distributed_optimizer_both_ways_when_the_spec_leaves_it_off():
+    s = tweak(spec("gpt-345m-1node"), "parallel", distributed_optimizer=False)
+    found = planner.suggest(s, Cluster(1, 2, H100), top=1000)
+    assert len(found) == 240 and {c.layout.distributed_optimizer for c in found} == {False, True}
+
+
+def test_suggest_for_the_lab_trainer_keeps_to_tensor_and_data_parallelism():
+    """lab-tiny (2 layers, 4 heads, s 128, global 8) on 2 CPU nodes: TP 1 (one process a node), DP 2, micro-batches
+    1, 2, 4, three recompute modes, distributed optimizer off and on: 18 layouts, no PP or CP."""
+    found = planner.suggest(spec("lab-tiny"), Cluster(2, 1, GPUS["cpu"]), top=100)
+    assert len(found) == 18
+    assert {(c.layout.tp, c.layout.pp, c.layout.cp, c.data_parallel) for c in found} == {(1, 1, 1, 2)}
