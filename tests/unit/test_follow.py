@@ -5,6 +5,7 @@ machine (restarts, node exits) and its metrics files. The verdict's tests are in
 import json
 import math
 import re
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -309,7 +310,7 @@ def test_log_reader_keeps_its_place_and_replaces_undecodable_bytes(tmp_path):
 def test_gpu_sample_times_and_the_training_window(tmp_path):
     assert follow.gpu_samples(tmp_path / "absent.csv") == []
     path = tmp_path / "gpu.csv"
-    path.write_text("2026/11/30 01:00:00.000, 0, 97, 40000, 81559\nwhenever, 1, 50, 1, 2\n")
+    path.write_bytes(b"2026/11/30 01:00:00.000, 0, 97, 40000, 81559\nwhenever, 1, 50, 1, 2\n\xff\xfe torn\n")  # a torn write
     rows = follow.gpu_samples(path)
     assert rows[0]["at"] == datetime(2026, 11, 30, 1, 0, 0).timestamp() and "at" not in rows[1]
     log = follow.JobLog(seq_length=16)
@@ -319,8 +320,8 @@ def test_gpu_sample_times_and_the_training_window(tmp_path):
     log.feed("n", " iteration 3/ 3 |", 0)
     start = datetime(2026, 11, 30, 1, 0, 0).timestamp()
     assert follow.training_window(log) == (start, start + 11.0)  # to the end of the last second logged
-    log.iterations[3].logged_at = "2026-13-45 99:00:00"  # not a time: skipped
-    assert follow.training_window(log) == (start, start + 11.0)
+    log.iterations[2].logged_at, log.iterations[3].logged_at = "2026-13-45 99:00:00", "2026-11-30 01:00:20"  # not a time: skipped
+    assert follow.training_window(log) == (start, start + 21.0)
     window = (start, start + 11.0)
     samples = [{"at": start - 0.5}, {"at": start}, {"at": start + 11.0}, {"at": start + 11.5}, {"util": 1.0}]
     assert follow.during(samples, window) == [{"at": start}, {"at": start + 11.0}, {"util": 1.0}]
@@ -331,7 +332,11 @@ def test_metrics_record_and_the_prometheus_text():
     record = follow.metrics_record(follow.Iteration(4, 60, loss=float("inf"), grad_norm=float("nan"), lr=1e-3))
     assert record == {"iteration": 4, "total": 60, "seen": 0.0, "lr": 1e-3, "loss": "inf", "grad_norm": "nan", "skipped": 0, "nan": 0, "attempt": 0}
     log = follow.JobLog(seq_length=16)
-    log.feed("n", " iteration 7/ 60 | elapsed time per iteration (ms): 250.0 | global batch size: 2 | lm loss: 4.5 |", 0)
+    log.feed(
+        "n",
+        " iteration 7/ 60 | elapsed time per iteration (ms): 250.0 | throughput per GPU (TFLOP/s/GPU): 2.5 | global batch size: 2 | lm loss: 4.5 |",
+        0,
+    )
     log.saves = [5, 3]
     log.restarts = [follow.Restart(0.0, 7, 5)]
     assert follow.prometheus_text("job-a", log, "running") == (
@@ -356,6 +361,9 @@ def test_metrics_record_and_the_prometheus_text():
         "# HELP megaprov_job_tokens_per_second Cluster throughput of the latest iteration\n"
         "# TYPE megaprov_job_tokens_per_second gauge\n"
         'megaprov_job_tokens_per_second{job_name="job-a"} 128.0\n'
+        "# HELP megaprov_job_tflops_per_gpu TFLOP/s per GPU of the latest iteration\n"
+        "# TYPE megaprov_job_tflops_per_gpu gauge\n"
+        'megaprov_job_tflops_per_gpu{job_name="job-a"} 2.5\n'
         "# HELP megaprov_job_iteration_seconds Time per iteration\n"
         "# TYPE megaprov_job_iteration_seconds gauge\n"
         'megaprov_job_iteration_seconds{job_name="job-a"} 0.25\n'
@@ -363,6 +371,9 @@ def test_metrics_record_and_the_prometheus_text():
     empty = follow.prometheus_text("j", follow.JobLog(seq_length=16), "finished")
     assert 'megaprov_job_running{job_name="j"} 0\n' in empty and 'megaprov_job_checkpoint_iteration{job_name="j"} 0\n' in empty
     assert "megaprov_job_loss" not in empty and "iteration_seconds" not in empty
+    untimed = follow.JobLog(seq_length=16)
+    untimed.feed("n", " iteration 1/ 60 | lm loss: 4.5 |", 0)  # no time logged: 0 s, not a made-up one
+    assert 'megaprov_job_iteration_seconds{job_name="j"} 0.0\n' in follow.prometheus_text("j", untimed, "running")
 
 
 def test_metrics_go_into_a_new_directory_and_append_writes_nothing_new_when_nothing_is(tmp_path):
@@ -370,15 +381,24 @@ def test_metrics_go_into_a_new_directory_and_append_writes_nothing_new_when_noth
     feed_run(log, "n", [1, 2], 1.0)
     target = tmp_path / "a" / "metrics"
     follow.write_metrics(target, "j", log, "running")
+    assert 'megaprov_job_running{job_name="j"} 1' in (target / "metrics.prom").read_text()
     assert [json.loads(line)["iteration"] for line in (target / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    follow.append_metrics(target, "j", [], log, "running")
+    assert 'megaprov_job_running{job_name="j"} 1' in (target / "metrics.prom").read_text()
     follow.append_metrics(target, "j", [], log, "finished")
     assert len((target / "metrics.jsonl").read_text().splitlines()) == 2
     assert 'megaprov_job_running{job_name="j"} 0' in (target / "metrics.prom").read_text()
     assert sorted(p.name for p in target.iterdir()) == ["metrics.jsonl", "metrics.prom"]
 
 
-def test_utc_now_is_an_iso_time_in_utc():
-    before = datetime.now(UTC).replace(microsecond=0)
-    stamp = follow.utc_now()
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
-    assert before <= datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) <= datetime.now(UTC)
+def test_utc_now_is_an_iso_time_in_utc(monkeypatch):
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # a local time 5:30 ahead of UTC must not leak in
+    time.tzset()
+    try:
+        before = datetime.now(UTC).replace(microsecond=0)
+        stamp = follow.utc_now()
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
+        assert before <= datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) <= datetime.now(UTC)
+    finally:
+        monkeypatch.undo()
+        time.tzset()

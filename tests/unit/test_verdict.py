@@ -184,6 +184,12 @@ def test_a_slow_node_is_named_with_how_much_slower_it_is():
     assert verdict.stragglers({"node1": 98.0, "node2": 120.0}) == [] and verdict.stragglers({"node1": 900.0}) == []
 
 
+def test_a_slow_node_among_fast_ones_is_compared_with_their_real_median():
+    log = follow.JobLog(seq_length=16)
+    log.rank_compute = {"a": [follow.RankCompute(0, 1, 10, 0.4, 0.0)], "b": [follow.RankCompute(1, 1, 10, 2.0, 0.0)]}
+    assert verdict.slow_nodes(log, {}) == ["b is 5.0x slower than the median node (2 ms of compute per iteration, others 0 ms)"]
+
+
 def test_a_node_throttled_since_it_was_measured_is_named():
     log = evidence_log({"node1": 100.0, "node2": 104.0}, launch={"node1": 0.0150, "node2": 0.0016})
     slow = verdict.slow_nodes(log, {"node1": 0.0156, "node2": 0.0166})
@@ -498,6 +504,11 @@ def test_gpu_check_thresholds_and_details():
     )
     unknown_total = {"n1": [{"util": 100.0, "mem_used": 0.5, "mem_total": 0.0}]}  # nvidia-smi gave 0 MiB: 0.5/max(0, 1)
     assert verdict.gpu_check(unknown_total, True, 0.8).status == verdict.PASS
+    # the fullest GPU is the highest fraction (1.5/max(0, 1) = 150 %), not the most MiB (800/1000)
+    mixed = {"n1": [{"util": 100.0, "mem_used": 800.0, "mem_total": 1000.0}, {"util": 100.0, "mem_used": 1.5, "mem_total": 0.0}]}
+    assert verdict.gpu_check(mixed, True, 0.8).detail == "memory at the limit: mean utilisation 100% over 2 samples (needs 80%), peak memory 2/0 MiB"
+    sizes = {"n1": [{"util": 100.0, "mem_used": 900.0, "mem_total": 1000.0}, {"util": 100.0, "mem_used": 950.0, "mem_total": 2000.0}]}
+    assert verdict.gpu_check(sizes, True, 0.8).detail.endswith("peak memory 900/1000 MiB")
     assert verdict.gpu_check({"n1": []}, True, 0.0) == verdict.Check(
         name, verdict.SKIP, "skipped: no nvidia-smi sample while iterations ran and verify.gpu_utilization is 0"
     )
@@ -538,6 +549,11 @@ def test_judge_runs_every_check_and_passes_only_without_a_failure():
     # 8 sequences of 128 tokens in 50 ms: 20,480 tokens/s
     judged, measured = verdict.judge(log, ["node1", "node2"], 20, 20000.0, 1.0, "the plan", False, 0.9, {}, {"node1": 0.02, "node2": 0.02})
     assert measured == pytest.approx(20480.0)
+    # follow_load defaults to off: the expectation is the one given, not scaled by the start-up rates
+    assert (
+        judged.checks[2].detail
+        == "median 20,480 tokens/s, expected 20,000 (the plan) x 1 = 20,000; compute per iteration: node1 100 ms, node2 104 ms"
+    )
     assert [(c.name, c.status) for c in judged.checks] == [
         ("loss falling", verdict.PASS),
         ("no nan", verdict.PASS),
@@ -549,6 +565,15 @@ def test_judge_runs_every_check_and_passes_only_without_a_failure():
     # the same nodes measured at twice the rate they started at: the expectation follows them down to half
     halved, _ = verdict.judge(log, ["node1", "node2"], 20, 40000.0, 1.0, "the plan", False, 0.9, {}, {"node1": 0.02, "node2": 0.02}, True)
     assert halved.passed and "expected 20,000 (the plan; x 0.50: the median node computed at 0.50 of its stored rate" in halved.checks[2].detail
+    as_stored, _ = verdict.judge(log, ["node1", "node2"], 20, 20000.0, 1.0, "the plan", True, 0.0, {}, {"node1": 0.01, "node2": 0.01}, True)
+    assert as_stored.checks[2].detail.startswith("median 20,480 tokens/s, expected 20,000 (the plan) x 1 = 20,000;")  # a factor of 1: not named
+    assert as_stored.checks[3] == verdict.Check(
+        "GPU utilisation and memory", verdict.SKIP, "skipped: no nvidia-smi sample while iterations ran and verify.gpu_utilization is 0"
+    )
+    throttled, _ = verdict.judge(log, ["node1", "node2"], 20, 41000.0, 1.0, "spec", False, 0.9, {}, {"node1": 0.01, "node2": 0.05})
+    assert throttled.checks[2].detail.endswith(
+        "; node2 computed 10.0 GFLOP/s at start-up, 0.20x the 50.0 GFLOP/s it was measured at (throttled or busy)"
+    )
     failed, _ = verdict.judge(log, ["node1", "node2", "node3"], 20, 41000.0, 1.0, "spec", True, 0.9, {}, None, True)
     assert not failed.passed and failed.reasons() == [
         "throughput: too slow: median 20,480 tokens/s, expected 41,000 (spec) x 1 = 41,000; no single node stands out (compute per iteration:"
