@@ -377,3 +377,52 @@ def test_suggest_for_the_lab_trainer_keeps_to_tensor_and_data_parallelism():
     found = planner.suggest(spec("lab-tiny"), Cluster(2, 1, GPUS["cpu"]), top=100)
     assert len(found) == 18
     assert {(c.layout.tp, c.layout.pp, c.layout.cp, c.data_parallel) for c in found} == {(1, 1, 1, 2)}
+
+
+def test_sequence_parallelism_as_a_fix():
+    """Llama-8B, TP 2 without SP, micro-batch 2, distributed optimizer over DP 4, on a 90 GiB GPU. Without SP a layer
+    stores s*b*h*(10 + 29/2) bytes (Korthikanti Table 2, the replicated 10 and the split 29 of SwiGLU's 39); with SP
+    all 39/2. s*b*h = 8192 x 2 x 4096; 32 layers; logits 8*s*b*V/t."""
+    s = tweak(spec("llama-8b-2nodes"), "parallel", sequence_parallel=False)
+    s = tweak(tweak(s, "train", micro_batch_size=2), "launch", nodes=1)
+    c = Cluster(1, 8, planner.Gpu("test-90GiB", 90.0, 989.0, 494.0))
+    sbh = 8192 * 2 * 4096
+    rest = 4_015_263_744 * (6 + 12 / 4) + 8 * 8192 * 2 * 128256 / 2 + RESERVED
+    without_sp, with_sp = rest + (10 + 29 / 2) * sbh * 32, rest + 39 / 2 * sbh * 32
+    assert without_sp / GIB > 90.0 > with_sp / GIB  # 93.48 and 83.48 GiB
+    p = planner.plan(s, c)
+    assert p.memory.total == without_sp and p.fits is False
+    sp = [f for f in p.fixes if f.field == "parallel.sequence_parallel"]
+    assert [(f.value, f.memory_gib) for f in sp] == [(True, pytest.approx(with_sp / GIB, rel=1e-12))]
+    again = planner.plan(tweak(s, "parallel", sequence_parallel=True), c)
+    assert again.fits is True and again.memory.total == with_sp
+
+
+def test_a_fix_that_would_fit_but_breaks_a_rule_is_not_offered():
+    """Llama-8B at TP 1 on 3 x H200 without the distributed optimizer (184 GiB a GPU). PP 2 would hold 117 GiB, but 2
+    does not divide a world of 3 GPUs (and no other divisor of 32 does): the only fix is the distributed optimizer."""
+    s = tweak(spec("llama-8b-2nodes"), "parallel", tensor=1, sequence_parallel=False, distributed_optimizer=False, overlap_param_gather=False)
+    s = tweak(tweak(s, "train", global_batch_size=96), "launch", nodes=3, gpus_per_node=1)
+    c = Cluster(3, 1, GPUS["H200"])
+    assert planner.memory(s, replace(Layout.of(s), pp=2), c).fits is True
+    assert planner.spec_problems(tweak(s, "parallel", pipeline=2), 3, 1) != []
+    assert [f.field for f in planner.plan(s, c).fixes] == ["parallel.distributed_optimizer"]
+    # TP 8 across nodes of 4 GPUs breaks a rule whatever single change is made: no fix at all
+    assert planner.fixes(spec("gpt3-175b-128nodes"), Cluster(2, 4, GPUS["A10"])) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "expected"),
+    [
+        # 345M on 8 x H100 (distributed optimizer on, TP 1): the least change of each kind that fits
+        ("gpt-345m-1node", {}, [("parallel.tensor", 2), ("parallel.pipeline", 2), ("train.micro_batch_size", 4), ("train.recompute", "selective")]),
+        ("gpt-345m-1node", {"recompute": "full"}, [("parallel.tensor", 2), ("parallel.pipeline", 2), ("train.micro_batch_size", 4)]),
+        # Llama-8B on 2 x 8 H100 (TP 2 with SP, selective recompute, distributed optimizer on)
+        ("llama-8b-2nodes", {}, [("parallel.tensor", 4), ("parallel.pipeline", 2), ("train.recompute", "full")]),
+    ],
+)
+def test_every_fix_changes_something(name, changes, expected):
+    """fixes() on jobs that already fit: each fix names a value the spec does not have already."""
+    s = tweak(spec(name), "train", **changes)
+    c = Cluster(s.launch.nodes, 8, H100)
+    assert sorted((f.field, f.value) for f in planner.fixes(s, c)) == sorted(expected)
