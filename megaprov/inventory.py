@@ -342,6 +342,15 @@ def as_bool(value: Any) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
 
 
+def _is_number(value: int | float | str) -> bool:
+    """Whether Ansible's float check (``float(value)``) takes ``value``."""
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
 def check_type(name: str, value: Any, spec: dict[str, Any]) -> str | None:
     """Return why ``value`` does not fit ``spec`` (an argument_specs option), or None."""
     if isinstance(value, str) and "{{" in value:
@@ -358,6 +367,9 @@ def check_type(name: str, value: Any, spec: dict[str, Any]) -> str | None:
             number = int(value)
             if "min" in spec and number < spec["min"] or "max" in spec and number > spec["max"]:
                 problem = f"must be between {spec.get('min')} and {spec.get('max')}"
+    elif kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or not _is_number(value):
+            problem = "must be a number"
     elif kind in ("str", "path", "raw_str"):
         if isinstance(value, (dict, list)):
             problem = "must be a string"

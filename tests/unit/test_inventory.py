@@ -354,3 +354,20 @@ def test_a_templated_port_is_left_to_ansible(tmp_path):
     # Literal ports are still compared: the same address on the same port twice is refused.
     with pytest.raises(InventoryError, match="hosts 'n1' and 'n2' both point at n:2222"):
         load(write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn1 ansible_host=n ansible_port=2222\nn2 ansible_host=n ansible_port='2222'\n"))
+
+
+def test_a_float_variable_must_be_a_number(tmp_path):
+    # Four role options are `type: float` (roles/*/meta/argument_specs.yml); no check existed for that type, so
+    # infiniband_bw_threshold_gbps=fast passed megaprov and failed in the infiniband role's argument validation.
+    base = "[head]\nh1\n[gpu_nodes]\nn1\n[all:vars]\n"
+    for value in ("fast", "true", "[1]", "'1,5'"):
+        with pytest.raises(InventoryError) as err:
+            load(write(tmp_path, base + f"infiniband_bw_threshold_gbps={value}\n"))
+        assert "infiniband_bw_threshold_gbps=" in err.value.message and "must be a number" in err.value.message
+        assert err.value.hint.startswith("Minimum ib_write_bw average per pair in Gb/s")  # the option's description
+    # What Ansible's float check takes: numbers, and strings float() reads.
+    for value, expected in (("2.5", 2.5), ("3", 3), ("'40'", "40"), ("1e3", 1000.0)):
+        assert load(write(tmp_path, base + f"infiniband_bw_threshold_gbps={value}\n")).host_var("n1", "infiniband_bw_threshold_gbps") == expected
+    assert inv.check_type("x", 0.8, {"type": "float"}) is None
+    assert inv.check_type("x", " 2.5 ", {"type": "float"}) is None
+    assert inv.check_type("x", None, {"type": "float"}) == "must be a number"
