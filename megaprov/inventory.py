@@ -52,15 +52,16 @@ CLUSTER_VARS: dict[str, dict[str, Any]] = {
     "megaprov_controller_shared_dir": {"type": "str", "description": "where the machine running megaprov sees the shared directory"},
 }
 # Connection variables Ansible itself interprets.
+# Each description is the hint of a type error (these have no role README to point at).
 ANSIBLE_VARS: dict[str, dict[str, Any]] = {
-    "ansible_host": {"type": "str"},
-    "ansible_port": {"type": "int", "min": 1, "max": 65535},
-    "ansible_user": {"type": "str"},
-    "ansible_become": {"type": "bool"},
-    "ansible_python_interpreter": {"type": "str"},
-    "ansible_ssh_private_key_file": {"type": "path"},
-    "ansible_ssh_common_args": {"type": "str"},
-    "ansible_connection": {"type": "str"},
+    "ansible_host": {"type": "str", "description": "the address Ansible connects to: an IP address or a DNS name"},
+    "ansible_port": {"type": "int", "min": 1, "max": 65535, "description": "the host's SSH port, a number from 1 to 65535"},
+    "ansible_user": {"type": "str", "description": "the account Ansible logs in as"},
+    "ansible_become": {"type": "bool", "description": "whether Ansible becomes root on the host: true or false"},
+    "ansible_python_interpreter": {"type": "str", "description": "the path of the host's Python that runs Ansible's modules"},
+    "ansible_ssh_private_key_file": {"type": "path", "description": "the absolute path of the SSH private key on this machine"},
+    "ansible_ssh_common_args": {"type": "str", "description": "extra options Ansible passes to ssh, as one string"},
+    "ansible_connection": {"type": "str", "description": "how Ansible reaches the host: ssh (the default), local or a container plugin"},
 }
 
 

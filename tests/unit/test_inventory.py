@@ -371,3 +371,20 @@ def test_a_float_variable_must_be_a_number(tmp_path):
     assert inv.check_type("x", 0.8, {"type": "float"}) is None
     assert inv.check_type("x", " 2.5 ", {"type": "float"}) is None
     assert inv.check_type("x", None, {"type": "float"}) == "must be a number"
+
+
+@pytest.mark.parametrize(
+    ("host_line", "message", "fix"),
+    [
+        ("h1 ansible_port=abc", "ansible_port='abc' must be a whole number", "SSH port, a number from 1 to 65535"),
+        ("h1 ansible_port=0", "ansible_port=0 must be between 1 and 65535", "SSH port, a number from 1 to 65535"),
+        ("h1 ansible_become=maybe", "ansible_become='maybe' must be true or false", "true or false"),
+        ("h1 ansible_ssh_private_key_file=id_rsa", "ansible_ssh_private_key_file='id_rsa' must be an absolute path", "absolute path"),
+    ],
+)
+def test_a_bad_connection_variable_names_its_fix(tmp_path, host_line, message, fix):
+    # The hint of a connection variable was "see roles//README.md": they come from no role.
+    with pytest.raises(InventoryError) as err:
+        load(write(tmp_path, f"[head]\n{host_line}\n[gpu_nodes]\nn1\n"))
+    assert err.value.message.endswith(message) and "host h1" in err.value.message
+    assert fix in err.value.hint and "roles/" not in err.value.hint
