@@ -160,7 +160,15 @@ def render_all(spec, shared, address, user, sandbox):
     check_unit(unit, shared, user)
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+# Under the mutation benchmark (MEGAPROV_MUTATION=1: every mutant of render and jobspec reruns this, each example runs
+# bash) fewer examples, the same for every mutant (derandomized: no database, a seed from the test's name).
+MUTATION = bool(os.environ.get("MEGAPROV_MUTATION"))
+SETTINGS = settings(
+    max_examples=30 if MUTATION else 300,
+    derandomize=MUTATION,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 @SETTINGS

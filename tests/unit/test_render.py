@@ -2,8 +2,10 @@
 parser (recorded in megaprov/megatron/flags-core_v0.16.1.json by scripts/dump-megatron-flags.py), torchrun
 arguments checked by torch's parser, and scripts checked by bash."""
 
+import difflib
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,11 +14,12 @@ import pytest
 from megaprov import jobspec, nodefacts, render
 from megaprov.jobspec import JobSpecError
 from megaprov.planner import GPUS
+from tests.helpers.megatron import FLAGS, assert_megatron_accepts, parse_torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
 GOLDEN = Path(__file__).parent / "golden"
-FLAGS = render.megatron_flags()
+UPDATE_GOLDEN = ".venv/bin/python scripts/update_golden.py"
 
 
 def spec(name):
@@ -27,37 +30,26 @@ def spec(name):
 TE_SITE = nodefacts.NodeStack(transformer_engine="2.9.0", apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, hosts=("node00",))
 
 
-def cluster_for(s, shared="/shared", stack=TE_SITE):
+def cluster_for(s, shared="/shared", stack=TE_SITE, gpus_per_node=None):
     gpu = GPUS["cpu"] if s.launch.trainer == "lab" else GPUS["H100-SXM"]
-    return nodefacts.KnownCluster(s.launch.nodes, s.launch.gpus_per_node, gpu, shared, stack=stack)
+    return nodefacts.KnownCluster(s.launch.nodes, gpus_per_node or s.launch.gpus_per_node, gpu, shared, stack=stack)
 
 
 def hosts(n):
     return [(f"node{i:02d}", f"10.0.0.{i + 1}") for i in range(n)]
 
 
-def assert_megatron_accepts(args):
-    """Walk argv the way argparse would with Megatron-LM's flag table: known flags, arity, choices."""
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        assert flag.startswith("--"), f"value {flag!r} without a flag at position {i}"
-        assert flag in FLAGS, f"{flag} is not a Megatron-LM core_v0.16.1 argument"
-        kind = FLAGS[flag]["kind"]
-        values = []
-        j = i + 1
-        while j < len(args) and not (args[j].startswith("--")):
-            values.append(args[j])
-            j += 1
-        if kind == "switch":
-            assert values == [], f"{flag} takes no value, got {values}"
-        elif kind == "value":
-            assert len(values) == 1, f"{flag} takes one value, got {values}"
-        else:
-            assert values, f"{flag} needs values"
-        if "choices" in FLAGS[flag]:
-            assert values[0] in FLAGS[flag]["choices"], f"{flag} {values[0]} not in {FLAGS[flag]['choices']}"
-        i = j
+def assert_golden(name, text, golden_dir=GOLDEN):
+    """Compare only: a golden file is rewritten by the separate command UPDATE_GOLDEN, never by a test run."""
+    golden = golden_dir / f"{name}.args"
+    assert golden.is_file(), f"no golden file {golden}: review the arguments and create it with {UPDATE_GOLDEN} {name}"
+    expected = golden.read_text()
+    if text != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(golden), "rendered now"))
+        raise AssertionError(
+            f"the rendered arguments of {name} differ from {golden}:\n{diff}"
+            f"if the change is intended, run {UPDATE_GOLDEN} {name} (refused under CI) and commit the file"
+        )
 
 
 def test_flag_table_is_the_pinned_version():
@@ -76,15 +68,51 @@ def test_flag_table_is_the_pinned_version():
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in JOBS.glob("*.yml")))
 def test_golden_megatron_arguments(name):
-    s = spec(name)
-    args = render.megatron_args(s, "/shared")
+    args = render.megatron_args(spec(name), "/shared")
     assert_megatron_accepts(args)
-    golden = GOLDEN / f"{name}.args"
-    text = "\n".join(args) + "\n"
-    if os.environ.get("MEGAPROV_UPDATE_GOLDEN"):
-        golden.parent.mkdir(exist_ok=True)
-        golden.write_text(text)
-    assert text == golden.read_text(), f"rendered arguments changed; review and rerun with MEGAPROV_UPDATE_GOLDEN=1 ({golden})"
+    assert_golden(name, "\n".join(args) + "\n")
+
+
+def test_every_example_has_a_golden_file_and_no_golden_file_is_orphaned():
+    assert {p.stem for p in GOLDEN.glob("*.args")} == {p.stem for p in JOBS.glob("*.yml")}
+
+
+def test_a_differing_golden_file_fails_and_is_left_as_it_was(tmp_path, monkeypatch):
+    # The old test rewrote its golden file when MEGAPROV_UPDATE_GOLDEN was set, then compared it with itself: the
+    # variable must change nothing now, and the failure must name the update command.
+    monkeypatch.setenv("MEGAPROV_UPDATE_GOLDEN", "1")
+    rendered = (GOLDEN / "lab-tiny.args").read_text()
+    stale = rendered.replace("--hidden-size\n", "--hidden-size\n9", 1)
+    assert stale != rendered
+    (tmp_path / "lab-tiny.args").write_text(stale)
+    with pytest.raises(AssertionError, match=r"run \.venv/bin/python scripts/update_golden\.py lab-tiny \(refused under CI\)") as info:
+        assert_golden("lab-tiny", rendered, tmp_path)
+    assert "\n-964\n+64\n" in str(info.value)  # the diff is shown: golden 964, rendered 64 (lab-tiny's hidden size)
+    assert (tmp_path / "lab-tiny.args").read_text() == stale
+    with pytest.raises(AssertionError, match="create it with .*update_golden.py gpu-check"):
+        assert_golden("gpu-check", rendered, tmp_path)
+    assert not (tmp_path / "gpu-check.args").exists()
+
+
+def _update_golden(args, env_extra, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | env_extra
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "update_golden.py"), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_update_command_writes_what_the_golden_test_compares(tmp_path):
+    (tmp_path / "gone.args").write_text("--old\n")
+    out = _update_golden(["--dir", str(tmp_path)], {}, tmp_path)
+    assert out.returncode == 0, out.stderr
+    for name in sorted(p.stem for p in JOBS.glob("*.yml")):
+        assert (tmp_path / f"{name}.args").read_text() == (GOLDEN / f"{name}.args").read_text(), name
+    assert not (tmp_path / "gone.args").exists()  # the example is gone: its golden file would never be compared
+
+
+@pytest.mark.parametrize("ci", ["true", "1", "yes"])
+def test_the_update_command_refuses_under_ci(tmp_path, ci):
+    out = _update_golden(["--dir", str(tmp_path), "lab-tiny"], {"CI": ci}, tmp_path)
+    assert out.returncode == 2 and "CI" in out.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_key_arguments_of_the_175b_job():
@@ -121,19 +149,36 @@ def test_resume_never_renders_no_load():
 
 
 def test_torchrun_arguments_parse_with_torchs_own_parser():
-    run = pytest.importorskip("torch.distributed.run", reason="torch is not installed in this environment")
     s = spec("llama-8b-2nodes")
     out = render.render(s, cluster_for(s), hosts(2))
-    parser = run.get_args_parser()
     for node in out.nodes:
         argv = list(node.argv)
         assert argv[:3] == ["/opt/megaprov/venv/bin/python", "-m", "torch.distributed.run"]
-        ns = parser.parse_args(argv[3:])
+        ns = parse_torchrun(argv)
         assert (ns.nnodes, ns.nproc_per_node, ns.node_rank) == ("2", "8", node.node_rank)
         assert (ns.master_addr, ns.master_port) == ("10.0.0.1", 29500)
         assert ns.max_restarts == 0  # the unit restarts torchrun on every node
         assert ns.training_script == "/opt/megatron-lm/pretrain_gpt.py"
         assert_megatron_accepts(ns.training_script_args)
+
+
+def test_nproc_per_node_is_the_clusters_gpu_count_not_the_specs():
+    # The spec was written for nodes of 8 GPUs (llama-8b-2nodes: launch.gpus_per_node 8, tensor 2); the cluster (the
+    # inventory's megaprov_gpus_per_node) has 4. torchrun must start one rank per GPU the node has: 2 nodes x 4 = a
+    # world of 8 ranks (16 would oversubscribe every GPU twice).
+    s = spec("llama-8b-2nodes")
+    assert s.launch.gpus_per_node == 8
+    out = render.render(s, cluster_for(s, gpus_per_node=4), hosts(2))
+    for node in out.nodes:
+        ns = parse_torchrun(node.argv)
+        assert (ns.nnodes, ns.nproc_per_node, ns.node_rank) == ("2", "4", node.node_rank)
+        assert int(ns.nnodes) * int(ns.nproc_per_node) == 8
+        assert "--nproc-per-node 4 " in node.script
+    slurm = s.model_copy(update={"launch": s.launch.model_copy(update={"launcher": "slurm"})})
+    text = render.render(slurm, cluster_for(slurm, gpus_per_node=4), hosts(2)).sbatch
+    assert text is not None
+    assert "#SBATCH --gpus-per-node=4" in text.splitlines() and "#SBATCH --nodes=2" in text.splitlines()
+    assert " --nnodes 2 --nproc-per-node 4 " in text
 
 
 def test_lab_trainer_runs_from_the_job_directory():

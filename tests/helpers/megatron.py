@@ -1,0 +1,54 @@
+"""Checks of rendered argv against the parsers that will read it: Megatron-LM core_v0.16.1's flag table (recorded in
+megaprov/megatron/flags-core_v0.16.1.json by scripts/dump-megatron-flags.py from that version's own argparse parser)
+and torch's ``torch.distributed.run`` parser (the torchrun part of a node's command)."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser, Namespace
+from functools import cache
+from typing import Any
+
+from megaprov import render
+
+FLAGS: dict[str, dict[str, Any]] = render.megatron_flags()
+
+
+def assert_megatron_accepts(args: list[str] | tuple[str, ...]) -> None:
+    """Walk argv the way argparse would with Megatron-LM's flag table: known flags, arity, choices."""
+    args = list(args)
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        assert flag.startswith("--"), f"value {flag!r} without a flag at position {i}"
+        assert flag in FLAGS, f"{flag} is not a Megatron-LM core_v0.16.1 argument"
+        kind = FLAGS[flag]["kind"]
+        values = []
+        j = i + 1
+        while j < len(args) and not (args[j].startswith("--")):
+            values.append(args[j])
+            j += 1
+        if kind == "switch":
+            assert values == [], f"{flag} takes no value, got {values}"
+        elif kind == "value":
+            assert len(values) == 1, f"{flag} takes one value, got {values}"
+        else:
+            assert values, f"{flag} needs values"
+        if "choices" in FLAGS[flag]:
+            assert values[0] in FLAGS[flag]["choices"], f"{flag} {values[0]} not in {FLAGS[flag]['choices']}"
+        i = j
+
+
+@cache
+def torchrun_parser() -> ArgumentParser:
+    """torch's own torchrun parser (torch is in the test extra, through megatron-core)."""
+    from torch.distributed import run
+
+    return run.get_args_parser()
+
+
+def parse_torchrun(argv: list[str] | tuple[str, ...]) -> Namespace:
+    """A node's command ``python -m torch.distributed.run ...`` parsed by torch: the part after ``-m
+    torch.distributed.run``, the training script and its arguments in ``training_script``/``training_script_args``."""
+    argv = list(argv)
+    assert argv[1:3] == ["-m", "torch.distributed.run"], argv[:3]
+    return torchrun_parser().parse_args(argv[3:])
