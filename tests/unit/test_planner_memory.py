@@ -228,6 +228,7 @@ def test_suggestions_fit_when_planned_again_and_the_best_is_the_hand_derived_one
         assert again.memory.total / GIB == pytest.approx(cand.memory_gib, rel=1e-12)
         assert again.data_parallel == cand.data_parallel == 8 // (lay.tp * lay.pp * lay.cp)
         assert again.tokens_per_second == pytest.approx(cand.tokens_per_second, rel=1e-12)
+        assert (again.mfu_assumed, again.step_seconds) == (pytest.approx(cand.mfu, rel=1e-12), pytest.approx(cand.step_seconds, rel=1e-12))
     best = found[0]
     assert best.layout == Layout(1, 4, 1, None, 1, "none", False, True)
     # TP 1: V stays 128256; last stage = 8 layers of 218,112,000 + output layer + final norm; 6 + 12/2 bytes;
@@ -358,6 +359,7 @@ def test_suggest_enumerates_every_valid_layout_once():
     assert all(c.layout.distributed_optimizer and c.layout.sequence_parallel == (c.layout.tp > 1) for c in found)
     assert {(c.layout.tp, c.layout.pp, c.layout.cp) for c in found} == {(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2)}
     assert {c.layout.micro_batch for c in found} == {1, 2, 4, 8, 16}
+    assert {c.layout.recompute for c in found} == {"none", "selective", "full"}
     assert {c.layout.vp for c in found if c.layout.pp == 2} == {None, 2, 3, 4, 6}
     assert {c.data_parallel for c in found if c.layout.tp * c.layout.pp * c.layout.cp == 1} == {2}
     keys = [(-round(c.tokens_per_second, 6), c.memory_gib) for c in found]
@@ -426,3 +428,38 @@ def test_every_fix_changes_something(name, changes, expected):
     s = tweak(spec(name), "train", **changes)
     c = Cluster(s.launch.nodes, 8, H100)
     assert sorted((f.field, f.value) for f in planner.fixes(s, c)) == sorted(expected)
+
+
+def test_suggest_keeps_the_layouts_megatron_accepts():
+    """345M cut to s = 48 and a global batch of 24 on one 16-GPU node: CP 16 needs s divisible by 32 (48 is not);
+    DP 16 does not divide 24 (DP 1, 2, 4 and 8 do); TP divides 16 heads up to 16."""
+    s = tweak(tweak(spec("gpt-345m-1node"), "model", seq_length=48, max_position_embeddings=48), "train", global_batch_size=24)
+    found = planner.suggest(s, Cluster(1, 16, H100), top=100_000)
+    assert {c.layout.cp for c in found} == {1, 2, 4, 8}
+    assert {c.data_parallel for c in found} == {1, 2, 4, 8}
+    assert {c.layout.tp for c in found} == {1, 2, 4, 8, 16}
+
+
+def test_suggest_tensor_parallelism_divides_the_query_groups_and_the_mlp():
+    # 2 query groups: TP 1 or 2 (4 would split a group); the MLP width 14340 = 4 x 3585 is no multiple of 8
+    s = tweak(spec("llama-8b-2nodes"), "model", num_query_groups=2)
+    assert {c.layout.tp for c in planner.suggest(s, Cluster(1, 8, GPUS["B200"]), top=100_000)} == {1, 2}
+    s = tweak(spec("llama-8b-2nodes"), "model", ffn_hidden_size=14340)
+    assert {c.layout.tp for c in planner.suggest(s, Cluster(1, 8, GPUS["B200"]), top=100_000)} == {1, 2, 4}
+
+
+def test_suggest_bounds_virtual_stages_and_micro_batches():
+    # 144 layers on PP 2: 72 a stage, whose divisors from 2 to 8 are 2, 3, 4, 6 and 8 (not 9 or 12)
+    s = tweak(spec("gpt-345m-1node"), "model", num_layers=144)
+    assert {c.layout.vp for c in planner.suggest(s, Cluster(1, 2, H100), top=100_000) if c.layout.pp == 2} == {None, 2, 3, 4, 6, 8}
+    # 34 sequences a rank: micro-batches 1 and 2 (17 and 34 are above the 16 the planner tries)
+    lab = tweak(spec("lab-tiny"), "train", global_batch_size=68)
+    assert {c.layout.micro_batch for c in planner.suggest(lab, Cluster(2, 1, GPUS["cpu"]), top=100)} == {1, 2}
+
+
+def test_suggest_ranks_by_speed_even_when_every_speed_is_below_one_token_per_second():
+    """Nodes measured at 0.1 MFLOP/s: every layout runs at about 0.001 tokens/s; the fastest still comes first."""
+    rate = planner.NodeRate("n1", 1e-7, 1, "torch-cpu", "float32")
+    found = planner.suggest(spec("lab-tiny"), Cluster(2, 1, GPUS["cpu"], hosts=("n1", "n2"), rates=(rate,)), top=100)
+    speeds = [c.tokens_per_second for c in found]
+    assert max(speeds) < 1 and speeds == sorted(speeds, reverse=True) and speeds[0] > speeds[-1]
