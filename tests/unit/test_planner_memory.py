@@ -463,3 +463,82 @@ def test_suggest_ranks_by_speed_even_when_every_speed_is_below_one_token_per_sec
     found = planner.suggest(spec("lab-tiny"), Cluster(2, 1, GPUS["cpu"], hosts=("n1", "n2"), rates=(rate,)), top=100)
     speeds = [c.tokens_per_second for c in found]
     assert max(speeds) < 1 and speeds == sorted(speeds, reverse=True) and speeds[0] > speeds[-1]
+
+
+# ------------------------------------------------------------------------- activations, branch by branch
+
+
+def gpt175b(attention="unfused", **train):
+    s = tweak(spec("gpt3-175b-128nodes"), "model", attention_backend=attention)
+    return tweak(s, "train", **train) if train else s
+
+
+C175 = Cluster(128, 8, H100)
+S175, H175, A175, T175 = 2048, 12288, 96, 8
+SBH = S175 * 1 * H175  # micro-batch 1
+SCORES = 5 * A175 * S175 / H175  # Korthikanti's 5as/h = 80 for GPT-3 175B
+IN_FLIGHT = 6 * 16  # first stage: 6 layers x 16 micro-batches
+
+
+@pytest.mark.parametrize(
+    ("recompute", "sp", "per_layer", "working"),
+    [
+        # Table 2, no recompute: sbh(34 + 5as/h)/t with SP, sbh(10 + 24/t + 5as/(ht)) without
+        ("none", True, SBH * (34 + SCORES) / T175, 0.0),
+        ("none", False, SBH * (10 + (24 + SCORES) / T175), 0.0),
+        # selective: the scores are not kept, one layer's are rebuilt at a time
+        ("selective", True, SBH * 34 / T175, SBH * SCORES / T175),
+        ("selective", False, SBH * (10 + 24 / T175), SBH * SCORES / T175),
+        # full: each layer keeps its 2-byte input (split by SP); one whole layer is rebuilt at a time
+        ("full", True, 2 * SBH / T175, SBH * (34 + SCORES) / T175),
+        ("full", False, 2 * SBH, SBH * (10 + (24 + SCORES) / T175)),
+    ],
+)
+def test_activations_of_the_175b_layout_with_unfused_attention(recompute, sp, per_layer, working):
+    s = gpt175b(recompute=recompute)
+    layout = replace(Layout.of(s), sequence_parallel=sp)
+    assert planner.memory(s, layout, C175).activations == pytest.approx(per_layer * IN_FLIGHT + working, rel=1e-12)
+
+
+def test_fewer_micro_batches_than_stages_are_all_in_flight():
+    """A global batch of 64 over DP 8: 8 micro-batches, fewer than the 16 stages: the first stage holds 8, not 16."""
+    s = tweak(spec("gpt3-175b-128nodes"), "train", global_batch_size=64)
+    assert planner.memory(s, Layout.of(s), C175).activations == pytest.approx(34 * SBH / T175 * 6 * 8, rel=1e-12)
+
+
+def test_the_interleaved_schedule_holds_more_in_flight():
+    """Korthikanti §4.2.3: x (1 + (p - 1)/(p v)) with v = 2 virtual stages: 1 + 15/32."""
+    s = tweak(spec("gpt3-175b-128nodes"), "parallel", virtual_stages=2)
+    assert planner.memory(s, Layout.of(s), C175).activations == pytest.approx(34 * SBH / T175 * IN_FLIGHT * (1 + 15 / 32), rel=1e-12)
+
+
+def test_the_lab_model_stores_its_attention_scores():
+    """lab-tiny (L 2, h 64, a 4, s 128, micro-batch 4, fp32, the local attention that keeps the scores): per layer
+    s*b*h*(34 + 5as/h) = 128*4*64*(34 + 40) bytes at 16 bits, twice that in fp32; V = 257 padded to 384."""
+    s = spec("lab-tiny")
+    mem = planner.memory(s, Layout.of(s), Cluster(2, 1, GPUS["cpu"]))
+    assert mem.activations == 2 * 128 * 4 * 64 * (34 + 5 * 4 * 128 / 64) * 2
+    assert mem.logits == 8 * 128 * 4 * 384
+
+
+def test_the_distributed_optimizer_on_one_gpu_has_nothing_to_shard():
+    """d = 1 in Megatron's table: 6 + 12/1 = 18 bytes, the same as without it."""
+    s = spec("gpt-345m-1node")  # distributed_optimizer: true
+    assert planner.memory(s, Layout.of(s), Cluster(1, 1, H100)).weights_and_optimizer == 354_871_296 * 18
+
+
+def test_the_lab_estimate_by_hand():
+    """lab-tiny on 2 CPU nodes measured at 20 GFLOP/s: MFU 0.025 (CPU_MFU) x rows/(rows + 256) x cols/(cols + 128)
+    with rows 4 x 128 = 512 and cols 64; no TP, PP or CP factor (one process a node, no NVLink is no penalty at TP 1).
+    FLOPs per token: 72*L*h^2*(1 + s/(12h) + V/(12Lh)) with L 2, h 64, s 128, V 384."""
+    rate = planner.NodeRate("n1", 0.020, 1, "torch-cpu", "float32")
+    p = planner.plan(spec("lab-tiny"), Cluster(2, 1, GPUS["cpu"], hosts=("n1", "n2"), rates=(rate, replace(rate, host="n2"))))
+    mfu = 0.025 * (512 / 768) * (64 / 192)
+    assert p.mfu_assumed == pytest.approx(mfu, rel=1e-12)
+    assert p.tokens_per_second == pytest.approx(2 * 0.020e12 * mfu / gpt_per_token(2, 64, 128, 384), rel=1e-12)
+
+
+def test_one_micro_batch_on_two_stages_makes_a_bubble_of_a_whole_step():
+    """345M, PP 2, DP 4, micro 8, global 32: one micro-batch: the bubble (p - 1)/m = 1 halves the efficiency."""
+    s = tweak(tweak(spec("gpt-345m-1node"), "parallel", pipeline=2), "train", global_batch_size=32)
+    assert planner.plan(s, Cluster(1, 8, H100)).mfu_assumed == pytest.approx(0.5 / 2 * (8192 / 8448) * (1024 / 1152), rel=1e-12)
