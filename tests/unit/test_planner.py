@@ -470,6 +470,7 @@ def test_each_rule_names_its_field_message_and_fix(changes, expected):
         [("launch", {"extra_args": ["--lrx", "lr", "--use-flash-attn"]})],  # not a flag megaprov renders
         [("parallel", {"tensor": 2, "sequence_parallel": True, "tp_comm_overlap": True})],
         [("checkpoint", {"directory": "runs/a..b"})],  # '..' inside a name is no parent reference
+        [("model", {"seq_length": 1023})],  # any length without context parallelism
     ],
 )
 def test_the_boundaries_of_the_rules_are_allowed(changes):
@@ -619,3 +620,9 @@ def test_a_fact_without_devices_or_a_time_is_one_device_measured_at_no_time():
     assert planner.rate_from_fact("g1", {**fact, "devices": []}).devices == 1
     assert planner.rate_from_fact("g1", {k: v for k, v in fact.items() if k != "devices"}).devices == 1
     assert planner.rate_from_fact("g1", {k: v for k, v in fact.items() if k != "backend"}) is None
+
+
+def test_an_unknown_vocabulary_is_reported_only_when_nothing_else_is_wrong():
+    """model.vocab_size is asked for only when no other rule fired (a spec with other problems gets those first)."""
+    s = _gpt345m(("data", {"tokenizer": jobspec.Tokenizer(type="huggingface")}), ("train", {"min_lr": 2e-4}))
+    assert [p.path for p in planner.spec_problems(s)] == ["train.min_lr", "data.tokenizer.path"]
