@@ -265,3 +265,23 @@ def test_an_explicit_owner_is_written_as_and_a_failed_run_leaves_nothing(tmp_pat
     with pytest.raises(DataError, match="not a JSON object"):
         data.prepare([bad], share_data / "lab", TokenizerSpec("byte"), owner=data.Owner(CLUSTER_UID, CLUSTER_UID))
     assert list(share_data.iterdir()) == []
+
+
+def test_the_result_names_every_file_and_counts_what_was_read(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "ab", "title": "T"}\n\n{"text": "", "title": "UV"}\n{"text": "c", "title": "W"}\n')
+    calls = []
+    result = data.prepare(
+        [src], tmp_path / "set", TokenizerSpec("byte"), json_keys=["text", "title", "text"], on_progress=calls.append, progress_every=3600
+    )
+    base = str(tmp_path / "set")
+    assert result.prefixes == {"text": base + "_text_document", "title": base + "_title_document"}  # a repeated key once
+    assert result.files == [base + s for s in ("_text_document.bin", "_text_document.idx", "_title_document.bin", "_title_document.idx")]
+    assert (result.tokenizer, result.vocab_size, result.eod, result.workers) == ("byte", 257, 256, 1)
+    progress = result.progress
+    # text: "ab" EOD, "c" EOD (the empty one skipped); title: "T" EOD, "UV" EOD, "W" EOD
+    assert (progress.docs, progress.skipped_empty, progress.tokens) == (2, 1, 5 + 7)  # docs: those of the first key
+    assert progress.bytes_in == src.stat().st_size - 1  # every line but the blank one
+    assert calls == [progress] and progress.seconds > 0  # progress_every not reached: only the final report
+    assert len(IndexedDataset(result.prefixes["title"])) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"] + sorted(Path(f).name for f in result.files)  # no partial files
