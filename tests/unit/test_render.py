@@ -319,3 +319,303 @@ def test_a_stopped_node_script_leaves_the_reaping_to_execstop(tmp_path):
     finally:
         stopper.kill()
         node.kill()
+
+
+EVERY_FIELD = """\
+name: every-field
+model:
+  num_layers: 8
+  hidden_size: 512
+  num_attention_heads: 8
+  num_query_groups: 2
+  ffn_hidden_size: 1376
+  seq_length: 256
+  max_position_embeddings: 512
+  vocab_size: 32000
+  make_vocab_size_divisible_by: 64
+  activation: squared_relu
+  normalization: RMSNorm
+  position_embedding: rope
+  rotary_base: 500000
+  attention_backend: flash
+  untie_embeddings: true
+  bias_linear: false
+  init_method_std: 0.008
+  hidden_dropout: 0.0
+  attention_dropout: 0.25
+parallel:
+  tensor: 2
+  pipeline: 2
+  context: 2
+  virtual_stages: 2
+  sequence_parallel: true
+  distributed_optimizer: true
+  overlap_grad_reduce: true
+  overlap_param_gather: true
+  tp_comm_overlap: true
+train:
+  micro_batch_size: 2
+  global_batch_size: 64
+  train_iters: 300
+  lr: 3.0e-4
+  min_lr: 3.0e-5
+  lr_decay_style: WSD
+  lr_warmup_iters: 30
+  weight_decay: 0.1
+  adam_beta1: 0.8
+  adam_beta2: 0.999
+  clip_grad: 0.5
+  precision: fp16
+  recompute: full
+  recompute_method: block
+  recompute_num_layers: 2
+  seed: 7
+  log_interval: 5
+  eval_interval: 100
+  eval_iters: 3
+data:
+  prefixes:
+    - path: data/a_text_document
+      weight: 0.25
+    - path: /mnt/s/data/b_text_document
+      weight: 3
+  split: "98,2"
+  tokenizer:
+    type: huggingface
+    path: tok/llama3
+checkpoint:
+  directory: ckpt/every
+  save_interval: 50
+  format: torch
+  resume: never
+  async_save: true
+launch:
+  extra_args: ["--manual-gc"]
+"""
+
+
+def test_every_spec_field_reaches_its_flag():
+    """Each field of a spec that sets every one away from its default, rendered for the shared directory /mnt/s on
+    nodes with Transformer Engine: the expected argv is written out by hand from the spec above."""
+    s = jobspec.parse(EVERY_FIELD)
+    args = render.megatron_args(s, "/mnt/s", TE_SITE)
+    # fmt: off
+    assert args == [
+        "--num-layers", "8", "--hidden-size", "512", "--ffn-hidden-size", "1376", "--num-attention-heads", "8",
+        "--group-query-attention", "--num-query-groups", "2",
+        "--seq-length", "256", "--max-position-embeddings", "512", "--position-embedding-type", "rope", "--rotary-base", "500000",
+        "--normalization", "RMSNorm", "--attention-backend", "flash", "--squared-relu", "--untie-embeddings-and-output-weights",
+        "--disable-bias-linear", "--init-method-std", "0.008", "--hidden-dropout", "0.0", "--attention-dropout", "0.25",
+        "--make-vocab-size-divisible-by", "64",
+        "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--context-parallel-size", "2",
+        "--num-virtual-stages-per-pipeline-rank", "2",
+        "--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
+        "--micro-batch-size", "2", "--global-batch-size", "64", "--train-iters", "300", "--lr", "0.0003", "--min-lr", "3e-05",
+        "--lr-decay-style", "WSD", "--lr-decay-iters", "300", "--lr-warmup-iters", "30", "--weight-decay", "0.1",
+        "--adam-beta1", "0.8", "--adam-beta2", "0.999", "--clip-grad", "0.5", "--fp16",
+        "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2", "--seed", "7",
+        "--data-path", "0.25", "/mnt/s/data/a_text_document", "3.0", "/mnt/s/data/b_text_document", "--split", "98,2",
+        "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "/mnt/s/tok/llama3",
+        "--save", "/mnt/s/ckpt/every", "--save-interval", "50", "--ckpt-format", "torch", "--async-save", "--exit-signal-handler",
+        "--log-interval", "5", "--log-throughput", "--eval-interval", "100", "--eval-iters", "3",
+        "--tensorboard-dir", "/mnt/s/jobs/every-field/tensorboard", "--distributed-backend", "nccl",
+        "--transformer-impl", "transformer_engine", "--manual-gc",
+    ]
+    # fmt: on
+    assert_megatron_accepts(args)
+    # Without Transformer Engine or apex: the local implementation and each fused path switched off, RoPE's too
+    bare = nodefacts.NodeStack(hosts=("node00",))
+    assert render.megatron_args(s, "/mnt/s", bare)[-7:] == [
+        "--transformer-impl",
+        "local",
+        "--no-gradient-accumulation-fusion",
+        "--no-masked-softmax-fusion",
+        "--no-persist-layer-norm",
+        "--no-rope-fusion",
+        "--manual-gc",
+    ]
+
+
+def test_other_tokenizers_and_the_defaults_they_leave():
+    s = jobspec.parse(EVERY_FIELD)
+    null = s.data.tokenizer.model_copy(update={"type": "null", "path": None, "vocab_size": 50000})
+    model = s.model.model_copy(update={"num_query_groups": 8, "activation": "swiglu", "position_embedding": "learned_absolute"})
+    train = s.train.model_copy(update={"recompute": "selective", "recompute_method": "uniform", "recompute_num_layers": 1, "lr_decay_iters": 250})
+    s = s.model_copy(update={"data": s.data.model_copy(update={"tokenizer": null, "mock": True, "prefixes": []}), "model": model, "train": train})
+    args = render.megatron_args(s, "/mnt/s", TE_SITE)
+    joined = " ".join(args)
+    assert "--tokenizer-type NullTokenizer --vocab-size 50000 --save" in joined
+    assert "--mock-data --split" in joined and "--data-path" not in args
+    assert "--group-query-attention" not in args and "--num-query-groups" not in args  # 8 groups of 8 heads: plain multi-head
+    assert "--swiglu" in args and "--squared-relu" not in args and "--rotary-base" not in args
+    assert "--recompute-granularity selective --seed" in joined and "--recompute-method" not in args
+    assert "--lr-decay-iters 250 " in joined
+
+
+def test_the_lab_jobs_stop_grace_by_hand():
+    # lab-tiny: 2 layers, hidden 64, ffn 256, 4 heads, LayerNorm, biases, vocabulary 257 padded to 384, 128 learned
+    # positions. Per layer: attention 64x192 + 192 + 64x64 + 64 = 16,640; MLP 64x256 + 256 + 256x64 + 64 = 33,088;
+    # two LayerNorms 4 x 64 = 256: 49,984. Two layers 99,968 + embeddings 384x64 = 24,576 + positions 128x64 = 8,192
+    # + final norm 128 = 132,864 parameters. fp32: 4 bytes of weights + 8 of Adam's moments = 12 bytes each.
+    s = spec("lab-tiny")
+    assert render.checkpoint_bytes(s) == 132_864 * 12 == 1_594_368
+    # bf16 adds fp32 main weights: 2 + 4 + 8 = 14 bytes per parameter
+    bf16 = s.model_copy(update={"train": s.train.model_copy(update={"precision": "bf16"})})
+    assert render.checkpoint_bytes(bf16) == 132_864 * 14
+    # at the default 1000 MB/s: 60 s + 2 x 0.0016 s written, rounded up = 61 s; the unit 60 s more; Slurm's lead 121 s
+    assert render.stop_grace(s) == render.StopGrace(1_594_368, 1000.0, "default", 61, 121)
+
+
+def test_sbatch_header_for_cpu_nodes_with_every_slurm_field():
+    s = spec("lab-tiny")
+    slurm = s.launch.slurm.model_copy(update={"partition": "p1", "account": "acct", "time": "1-00:00:00", "qos": "high"})
+    s = s.model_copy(update={"launch": s.launch.model_copy(update={"launcher": "slurm", "slurm": slurm})})
+    text = render.sbatch_script(s, cluster_for(s), {"NCCL_DEBUG": "INFO", "HOME": "/root"})
+    head, body = text.split("\n\n", 1)
+    assert head.splitlines() == [
+        "#!/bin/bash",
+        "#SBATCH --job-name=lab-tiny",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",  # no --gpus-per-node: CPU nodes
+        "#SBATCH --exclusive",
+        "#SBATCH --output=/shared/jobs/lab-tiny/slurm-%j.out",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=TERM@121",  # the unit's 121 s (test above), above the 120 s floor
+        "#SBATCH --partition=p1",
+        "#SBATCH --account=acct",
+        "#SBATCH --time=1-00:00:00",
+        "#SBATCH --qos=high",
+    ]
+    lines = body.splitlines()
+    assert lines[:2] == ["set -euo pipefail", "if [ -r /etc/megaprov/nccl.env ]; then set -a; . /etc/megaprov/nccl.env; set +a; fi"]
+    exports = [line for line in lines if line.startswith("export ")]
+    assert exports == [
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1",
+        "export NCCL_DEBUG=INFO",
+        "export OMP_NUM_THREADS=4",
+        "export PYTHONUNBUFFERED=1",
+        "export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=61",
+        'export PATH=/opt/megaprov/venv/bin:"$PATH"',
+        "export MASTER_ADDR",
+    ]
+    assert "mkdir -p /shared/jobs/lab-tiny" in lines and "cd /shared/jobs/lab-tiny" in lines
+    assert lines[-1].startswith("srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c 'exec /opt/megaprov/venv/bin/python -m torch.distributed.run ")
+
+
+def test_the_node_script_header_and_environment():
+    s = spec("llama-8b-2nodes")
+    out = render.render(s, cluster_for(s), hosts(2), {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "PATH": "/evil"})
+    node = out.nodes[1]
+    assert (node.host, node.node_rank) == ("node01", 1)
+    env = dict(node.env)
+    assert env == {
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "OMP_NUM_THREADS": "4",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": "/opt/megatron-lm",
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(out.stop.torchrun_s),
+        "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+        "NCCL_DEBUG": "WARN",
+    }
+    lines = node.script.splitlines()
+    assert lines[:4] == [
+        "#!/bin/bash",
+        "# megaprov job llama-8b: node node01, rank 1 of 2 (Megatron-LM core_v0.16.1)",
+        "# Run by the unit megaprov-job-llama-8b.service; its output is appended to /shared/jobs/llama-8b/logs/node01.log.",
+        "# Megatron-LM implementation: transformer_engine (forced by launch.extra_args); nodes: " + TE_SITE.describe(),
+    ]
+    assert "exec >>/shared/jobs/llama-8b/logs/node01.log 2>&1  # as the job user (a root-squashed share refuses root)" in lines
+    assert "cd /shared/jobs/llama-8b" in lines
+    assert any(">>/shared/jobs/llama-8b/logs/gpu-node01.csv 2>/dev/null &" in line for line in lines)
+    assert 'echo "megaprov: node node01 (node rank 1): torchrun starting at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"' in lines
+    assert "    --nproc-per-node 8 \\" in lines and "    --master-addr 10.0.0.1 \\" in lines and "    --lr 0.0003 \\" in lines
+    assert (out.job, out.job_dir, out.checkpoint_dir) == ("llama-8b", "/shared/jobs/llama-8b", "/shared/checkpoints/llama-8b")
+    assert out.transformer_impl == "transformer_engine" and out.stack == TE_SITE.describe()
+    for extra, line in (
+        (["--transformer-impl=local"], "local (forced by launch.extra_args)"),
+        ([], "transformer_engine (chosen for the nodes)"),
+    ):
+        parallel = s.parallel.model_copy(update={"sequence_parallel": False, "tp_comm_overlap": False})  # local refuses it
+        other = s.model_copy(update={"launch": s.launch.model_copy(update={"extra_args": extra}), "parallel": parallel})
+        rendered = render.render(other, cluster_for(other), hosts(2))
+        assert f"# Megatron-LM implementation: {line}; nodes: {TE_SITE.describe()}" in rendered.nodes[0].script.splitlines()
+        assert rendered.transformer_impl == line.split()[0]
+
+
+def _with_extra(s, extra):
+    return s.model_copy(update={"launch": s.launch.model_copy(update={"extra_args": extra})})
+
+
+def test_pass_through_arguments_are_checked_flag_by_flag():
+    s = spec("gpt-345m-1node")
+
+    def problems(extra):
+        return [p.render() for p in render.check_extra_args(_with_extra(s, extra))]
+
+    assert problems(["--use-flash-attn", "--wandb-project", "p", "--transformer-impl=local", "--attention-backend", "flash"]) == []
+    assert problems(["x", "--use-flash-attn"]) == ["launch.extra_args[0]='x' is a value without a flag; start with a --flag"]
+    assert problems(["--zzzzzz-qqqq"]) == [
+        "launch.extra_args[0]=--zzzzzz-qqqq is not a Megatron-LM core_v0.16.1 argument; see pretrain_gpt.py --help of Megatron-LM core_v0.16.1"
+    ]
+    assert problems(["--manual-gc", "--transformer-impl=te"]) == [
+        "launch.extra_args[1]: --transformer-impl te is not allowed; use one of inference_optimized, local, transformer_engine"
+    ]
+    assert problems(["--transformer-impl", "te"]) == [
+        "launch.extra_args[0]: --transformer-impl te is not allowed; use one of inference_optimized, local, transformer_engine"
+    ]
+    # a value missing at the end is no choice either; a flag where the value should be is left to Megatron's parser
+    assert problems(["--transformer-impl"])[0].startswith("launch.extra_args[0]: --transformer-impl  is not allowed")
+    assert problems(["--transformer-impl", "--use-flash-attn"]) == []
+
+
+def test_a_forced_implementation_is_read_in_both_spellings():
+    s = spec("gpt-345m-1node")
+    for extra in (["--transformer-impl", "transformer_engine"], ["--transformer-impl=transformer_engine"]):
+        forced = _with_extra(s, extra)
+        assert render.selected_impl(forced, nodefacts.ROLE_DEFAULTS) == "transformer_engine"
+        args = render.megatron_args(forced, "/shared", nodefacts.ROLE_DEFAULTS)
+        # the spec's choice is not rendered twice, and the rules for a forced TE drop the fusions TE brings
+        assert args.count("--transformer-impl") + args.count("--transformer-impl=transformer_engine") == 1
+        assert "--no-persist-layer-norm" not in args and "--no-gradient-accumulation-fusion" in args
+    assert render.selected_impl(s, nodefacts.ROLE_DEFAULTS) == "local"
+    assert render.selected_impl(s, TE_SITE) == "transformer_engine"
+    # a fusion the spec switches off itself is left to it
+    args = render.megatron_args(_with_extra(s, ["--no-masked-softmax-fusion"]), "/shared", nodefacts.ROLE_DEFAULTS)
+    assert args.count("--no-masked-softmax-fusion") == 1
+    lab = spec("lab-tiny")
+    assert (
+        render.stack_args(lab, nodefacts.ROLE_DEFAULTS) == []
+        and render.stack_problems(_with_extra(lab, ["--transformer-impl", "transformer_engine"]), nodefacts.NodeStack()) == []
+    )
+
+
+def test_render_refuses_what_the_inventory_gave_in_one_line_each():
+    s = spec("lab-tiny")
+    with pytest.raises(Exception, match="inventory host"):
+        render.render(s, cluster_for(s), [("bad host", "10.0.0.1"), ("n2", "10.0.0.2")])
+    with pytest.raises(Exception, match="ansible_host of n2"):
+        render.render(s, cluster_for(s), [("n1", "10.0.0.1"), ("n2", "10.0.0.2;x")])
+    with pytest.raises(Exception, match="megaprov_shared_dir"):
+        render.render(s, cluster_for(s, "relative/dir"), hosts(2))
+    outside = s.model_copy(update={"data": s.data.model_copy(update={"prefixes": [s.data.prefixes[0].model_copy(update={"path": "/data/x"})]})})
+    with pytest.raises(JobSpecError) as info:
+        render.render(outside, cluster_for(s), hosts(2))
+    assert str(info.value) == (
+        "data.prefixes path /data/x is not under the shared directory /shared; "
+        "put prepared data on the shared directory (megaprov data prepare --output-prefix)"
+    )
+    assert info.value.problems[0].path == "data.prefixes"
+    # every problem at once: the prefix, the checkpoint directory and the missing node
+    both = outside.model_copy(update={"checkpoint": s.checkpoint.model_copy(update={"directory": "/shared/../etc"})})
+    with pytest.raises(JobSpecError) as info:
+        render.render(both, cluster_for(s), hosts(1))
+    assert [p.path for p in info.value.problems] == ["checkpoint.directory", "data.prefixes", "launch.nodes"]
+    assert info.value.problems[2].fix == "set launch.nodes to at most 1 or add nodes"
+    # a shared directory with a trailing slash holds what is under it; a sibling with the same prefix does not
+    assert render.render(s, cluster_for(s, "/shared/"), hosts(2)).checkpoint_dir == "/shared/checkpoints/lab-tiny"
+    sibling = s.model_copy(update={"checkpoint": s.checkpoint.model_copy(update={"directory": "/shared2/ckpt"})})
+    with pytest.raises(JobSpecError, match="checkpoint.directory=/shared2/ckpt is not a directory under the shared directory /shared"):
+        render.render(sibling, cluster_for(s), hosts(2))
+    # more inventory hosts than the job needs: the first ones, in rank order
+    out = render.render(s, cluster_for(s), hosts(3))
+    assert [(n.host, n.node_rank) for n in out.nodes] == [("node00", 0), ("node01", 1)]
