@@ -242,6 +242,7 @@ def test_evidence_fields():
         "compute",
         {"rank": "3", "rate (TFLOP/s)": "1.5"},
     )
+    assert follow.parse_evidence("megaprov compute | device: cuda:0 |") == ("compute", {"device": "cuda:0"})  # split at the first colon
     base = {"rank": "2", "iterations": "11-20", "compute time per iteration (ms)": "81.5"}
     assert follow.parse_rank_compute(base) == follow.RankCompute(2, 11, 20, 81.5, 0.0)  # no wait field: 0
     assert follow.parse_rank_compute({**base, "iterations": "7"}) == follow.RankCompute(2, 7, 7, 81.5, 0.0)  # one iteration

@@ -4,6 +4,7 @@ GPU and liveness checks, the slow-node evidence, and the report files."""
 import json
 import math
 import random
+from collections import Counter
 
 import pytest
 
@@ -113,6 +114,35 @@ def test_a_significant_trend_on_a_flat_loss_fails_and_ties_shrink_the_variance()
     assert verdict.theil_sen([float(i) for i in range(40)], values) == 0.0
     check = verdict.loss_check(series(values), 20)
     assert check.status == verdict.FAIL and "z=-4.00" in check.detail
+
+
+def exactly_at_the_critical_value():
+    """208 losses: a line falling 0.002 per iteration plus uniform noise of 0 to 2 (seed 7007: random.random() is
+    reproducible across Python versions), with four plateaus of 39, 11, 5 and 5 iterations at one value each."""
+    rng = random.Random(7007)
+    values = [5.0 - 0.002 * i + 2.0 * rng.random() for i in range(208)]
+    for start, size in ((40, 39), (120, 11), (150, 5), (180, 5)):
+        values[start : start + size] = [round(5.0 - 0.002 * (start + size // 2) + 1.0, 3)] * size
+    return values
+
+
+def test_loss_trend_exactly_at_the_critical_value_passes():
+    """z = -1.645 exactly, the boundary itself (p = 0.04998 < 5 %): ``z <= -1.645`` passes it, ``z < -1.645`` would
+    not. Ties correction, by hand: var(S) = [208*207*421 - (39*38*83 + 11*10*27 + 2*5*4*15)]/18
+    = (18126576 - 123006 - 2970 - 600)/18 = 18000000/18 = 1000000 exactly; with S = -1646 (counted below),
+    z = (-1646+1)/1000 = -1.645 in floating point too. The slope: 11179 of the 21528 pairs fall, more than half."""
+    values = exactly_at_the_critical_value()
+    assert sorted(t for t in Counter(values).values() if t > 1) == [5, 5, 11, 39]  # the construction: four tie groups
+    assert sum((b > a) - (b < a) for i, a in enumerate(values) for b in values[i + 1 :]) == -1646
+    assert verdict.mann_kendall(values)[0] == -1.645 and one_sided_p(-1.645) == pytest.approx(0.04998, abs=1e-5)
+    assert verdict.loss_check(series(values), 20).status == verdict.PASS
+
+
+def test_mann_kendall_of_tiny_series():
+    assert verdict.mann_kendall([]) == (0.0, 0.0) and verdict.mann_kendall([5.0]) == (0.0, 0.0)  # nothing to compare
+    assert verdict.mann_kendall([1.0, 2.0]) == (0.0, 1.0)  # var = 2*1*9/18 = 1, z = (1-1)/1 = 0: one pair is no trend
+    # 1, 2, 1: S = +1 +0 -1 = 0 with var = (3*2*11 - 2*1*9)/18 = 48/18 > 0: z is 0, not shifted by the correction
+    assert verdict.mann_kendall([1.0, 2.0, 1.0]) == (0.0, 0.0)
 
 
 def test_nan_throughput_gpu_and_alive_checks():
@@ -232,6 +262,12 @@ def test_a_node_that_holds_the_others_back_fails_the_check_even_above_the_floor(
     assert check.status == verdict.FAIL
     assert "but the job ran at the pace of node2: the other nodes computed 4.1x faster and waited for it" in check.detail
     assert "node2 is 4.1x slower than the median node" in check.detail and "node2 computed 5.6 GFLOP/s at start-up, 0.34x" in check.detail
+    # a node 1.99x slower is named among the slow ones but does not fail the check on its own
+    named = verdict.throughput_check(series([1.0] * 10), 291.0, 0.8, "the plan", [], {"node1": 100.0, "node2": 199.0})[0]
+    assert named.status == verdict.PASS
+    # sub-millisecond compute: the ratio is 2.0/0.5
+    tiny = verdict.throughput_check(series([1.0] * 10), 291.0, 0.8, "the plan", [], {"node1": 0.5, "node2": 2.0})[0]
+    assert "the other nodes computed 4.0x faster and waited for it" in tiny.detail
     # the same two nodes within 2x of each other (a busy machine's noise) pass
     even = verdict.node_compute_ms(evidence_log({"node1": 626.0, "node2": 931.0}).rank_compute)
     assert verdict.throughput_check(series([1.0] * 10), 291.0, 0.8, "the plan", [], even)[0].status == verdict.PASS
@@ -376,9 +412,14 @@ def test_loss_check_detail_window_and_the_losses_it_counts():
     holes = falling + series([None, float("nan"), float("inf")])
     assert verdict.loss_check(holes, 11).detail.startswith("only 10 iteration(s) with a loss")
     rising = verdict.loss_check(series([float(x) for x in range(10)]), 10)
-    assert rising.status == verdict.FAIL and rising.detail == (
-        "no falling trend: Mann-Kendall z=3.94 (tau 1.00) over 10 iterations, Theil-Sen slope 1/iteration, median loss 1.000 -> 8.000;"
-        " check the learning rate (train.lr) and the data"
+    assert (
+        rising.name == "loss falling"
+        and rising.status == verdict.FAIL
+        and rising.detail
+        == (
+            "no falling trend: Mann-Kendall z=3.94 (tau 1.00) over 10 iterations, Theil-Sen slope 1/iteration, median loss 1.000 -> 8.000;"
+            " check the learning rate (train.lr) and the data"
+        )
     )
 
 
@@ -389,6 +430,10 @@ def test_a_long_run_is_thinned_to_401_points_keeping_both_ends():
     long = [follow.Iteration(k + 1, 1000, loss=1000.0 - k) for k in range(1000)]
     detail = verdict.loss_check(long, 20).detail
     assert "(tau -1.00) over 401 iterations, Theil-Sen slope -1/iteration, median loss 901.500 -> 99.000" in detail
+    # the last iteration is always kept: 999 losses of 5.0 and a last one of 1.0. Kept: 400 fives and the 1.0, S = -400
+    # (each five before it), var = [401*400*807 - 400*399*805]/18 = 53600, z = -399/sqrt(53600) = -1.72
+    drop = [follow.Iteration(k + 1, 1000, loss=5.0 if k < 999 else 1.0) for k in range(1000)]
+    assert "Mann-Kendall z=-1.72 (tau -0.00) over 401 iterations" in verdict.loss_check(drop, 20).detail
     # exactly 400 points are kept as they are; head and tail are the first and last 80 (losses 400..321 and 80..1): 360.5 and 40.5
     assert "over 400 iterations, Theil-Sen slope -1/iteration, median loss 360.500 -> 40.500" in verdict.loss_check(long[600:], 20).detail
 
@@ -443,6 +488,9 @@ def test_stragglers_threshold_and_order():
     assert verdict.stragglers({"a": 199.0, "b": 100.0}, verdict.STRAGGLER_FAIL) == []
     # a is 3x the median of the others (100), d 10x: the slowest first
     assert verdict.stragglers({"a": 300.0, "b": 100.0, "c": 100.0, "d": 1000.0}) == [("d", 1000.0, 100.0), ("a", 300.0, 100.0)]
+    # by how many times slower, not by time x the others' time: d (11 ms, others 5.5: 2.0x) before c (10, others 6: 1.67x)
+    five = {"a": 1.0, "b": 1.0, "c": 10.0, "d": 11.0, "e": 100.0}
+    assert verdict.stragglers(five) == [("e", 100.0, 5.5), ("d", 11.0, 5.5), ("c", 10.0, 6.0)]
 
 
 def test_throttled_nodes():
@@ -497,7 +545,9 @@ def test_gpu_check_thresholds_and_details():
     assert verdict.gpu_check(rows, True, 0.8) == verdict.Check(
         name, verdict.PASS, "mean utilisation 80% over 2 samples (needs 80%), peak memory 970/1000 MiB"
     )
-    assert verdict.gpu_check(rows, True, 0.81).detail.startswith("GPUs idle too much: mean utilisation 80% over 2 samples (needs 81%)")
+    assert verdict.gpu_check(rows, True, 0.81) == verdict.Check(
+        name, verdict.FAIL, "GPUs idle too much: mean utilisation 80% over 2 samples (needs 81%), peak memory 970/1000 MiB"
+    )
     rows["n1"][0]["mem_used"] = 980.0
     assert verdict.gpu_check(rows, True, 0.8) == verdict.Check(
         name, verdict.FAIL, "memory at the limit: mean utilisation 80% over 2 samples (needs 80%), peak memory 980/1000 MiB"
