@@ -388,3 +388,33 @@ def test_a_bad_connection_variable_names_its_fix(tmp_path, host_line, message, f
         load(write(tmp_path, f"[head]\n{host_line}\n[gpu_nodes]\nn1\n"))
     assert err.value.message.endswith(message) and "host h1" in err.value.message
     assert fix in err.value.hint and "roles/" not in err.value.hint
+
+
+def test_a_vars_directory_is_walked_as_ansible_walks_it(tmp_path):
+    top = tmp_path / "all"
+    (top / "b" / "c").mkdir(parents=True)
+    (top / "x.d").mkdir()  # a directory with an extension is not walked (ansible's _get_dir_vars_files)
+    for rel in ("z.yml", "a.json", "b/c/deep.yaml", "b/plain", "x.d/skipped.yml", "readme.txt"):
+        (top / rel).write_text("{}\n")
+    (top / "gone.yml").symlink_to(tmp_path / "nowhere")  # kept, so that reading it names the dangling link
+    got = [p.relative_to(top).as_posix() for p in inv._dir_vars_files(top)]
+    assert got == ["a.json", "b/c/deep.yaml", "b/plain", "gone.yml", "z.yml"]  # depth first, in sorted order
+    path = write(tmp_path, "[head]\nh1\n[gpu_nodes]\nn1\n")
+    (tmp_path / "group_vars" / "all").mkdir(parents=True)
+    (tmp_path / "group_vars" / "all" / "x.yml").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(InventoryError, match=r"group_vars/all/x.yml does not exist \(a dangling symlink\)"):
+        load(path)
+
+
+def test_a_vars_directory_has_at_most_max_hosts_entries(tmp_path):
+    # Every entry counts, skipped ones too (the work is bounded whatever the tree holds): 10,000 pass, 10,001 do not.
+    top = tmp_path / "all"
+    top.mkdir()
+    for i in range(9_999):
+        (top / f".{i}").touch()
+    (top / "vars.yml").write_text("a: 1\n")
+    assert inv._dir_vars_files(top) == [top / "vars.yml"]
+    (top / ".one-more").touch()
+    with pytest.raises(InventoryError) as err:
+        inv._dir_vars_files(top)
+    assert (err.value.message, err.value.hint) == (f"{top}: more than 10,000 entries", "keep a variables directory to a few files")
