@@ -278,6 +278,27 @@ def test_a_restart_opened_by_the_start_line_is_closed_by_the_iteration_that_goes
     assert log.iterations[10].attempt == 2
 
 
+def test_start_lines_open_one_restart_at_a_time_on_the_iterations_node_only():
+    log = follow.JobLog(seq_length=16)
+    start = "megaprov: node {h} (node rank {r}): torchrun starting at 2026-11-30T01:00:0{s}.000Z"
+    log.feed("node2", start.format(h="node2", r=1, s=0), 0.0)
+    feed_run(log, "node2", [1], 1.0)
+    log.feed("node1", start.format(h="node1", r=0, s=1), 1.5)  # another node starting: not the iterations' log
+    assert log.restarts == []
+    log.feed("node2", start.format(h="node2", r=1, s=2), 2.0)  # after one iteration: a restart, open until one is logged
+    assert [(r.last_iteration, r.resumed_from, r.lost_iterations, r.first_iteration_seen) for r in log.restarts] == [(1, 1, 0, None)]
+    log.feed("node2", start.format(h="node2", r=1, s=3), 2.5)  # torchrun failed again before logging: still that restart
+    assert len(log.restarts) == 1
+    feed_run(log, "node2", [2, 3], 3.0)
+    log.feed("node2", start.format(h="node2", r=1, s=4), 4.0)  # a second restart, after the first was closed
+    feed_run(log, "node2", [4], 5.0)
+    assert [(r.seen, r.last_iteration, r.resumed_from, r.first_iteration_seen) for r in log.restarts] == [(1.0, 1, 1, 3.0), (3.0, 3, 3, 5.0)]
+    assert log.starts == {
+        "node2": ["2026-11-30T01:00:00.000Z", "2026-11-30T01:00:02.000Z", "2026-11-30T01:00:03.000Z", "2026-11-30T01:00:04.000Z"],
+        "node1": ["2026-11-30T01:00:01.000Z"],
+    }
+
+
 def test_evidence_checkpoint_sigterm_and_error_lines():
     log = follow.JobLog(seq_length=16)
     assert log.feed("node1", " megaprov compute | rank: 0 | rate (TFLOP/s): fast |", 0) is None

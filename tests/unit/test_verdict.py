@@ -397,6 +397,14 @@ def test_write_report_writes_three_files_without_temporaries(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "report.md", "report.png"]
 
 
+def test_the_plot_is_titled_with_the_job_and_its_verdict(tmp_path, monkeypatch):
+    titles = []
+    monkeypatch.setattr(verdict, "plot", lambda s, title: titles.append(title) or b"png")
+    report = verdict.report_dict(JOB, verdict.Verdict(False), report_log(), 10.0, {}, {})
+    verdict.write_report(tmp_path, report, [])
+    assert titles == ["r: failed"] and (tmp_path / "report.png").read_bytes() == b"png"
+
+
 # ---- each check's thresholds and the sentence it writes
 
 
