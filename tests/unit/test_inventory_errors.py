@@ -508,3 +508,30 @@ def test_offline_settings_that_fit(tmp_path):
 def test_plain_values():
     assert inv._plain(None) is None and inv._plain("{{ x }}") is None and inv._plain("{% if a %}") is None
     assert inv._plain(" 580 ") == "580" and inv._plain(12.8) == "12.8"
+
+
+@pytest.mark.parametrize(
+    ("group_vars", "needle"),
+    [
+        # only the driver branch set: the cuda role's default (13.0, roles/cuda/defaults/main.yml) is what it must run
+        ("nvidia_driver_branch: '550'\n", "nvidia_driver_branch=550 (host n1) is too old for cuda_version=13.0"),
+        # only the toolkit set: the nvidia_driver role's default branch 580 is too old for CUDA 13.2 (its driver is 595)
+        ("cuda_version: '13.2'\n", "nvidia_driver_branch=580 (host n1) is too old for cuda_version=13.2"),
+        # apex builds against nvcc: torch 2.13's cu126 wheel under nvcc 12.8 differs in the minor release
+        ("apex_enabled: true\nnvidia_driver_branch: '570'\ncuda_version: '12.8'\n", "apex_enabled builds apex"),
+    ],
+)
+def test_gpu_stack_checks_read_role_defaults_for_what_is_unset(tmp_path, group_vars, needle):
+    err = refused(write(tmp_path, BASE, {"group_vars/gpu_nodes.yml": group_vars}))
+    assert needle in err.message
+
+
+def test_gpu_stack_checks_that_do_not_apply(tmp_path):
+    for group_vars in (
+        "apex_enabled: false\nnvidia_driver_branch: '570'\ncuda_version: '12.8'\n",  # no apex build
+        "apex_enabled: '{{ site_apex }}'\nnvidia_driver_branch: '570'\ncuda_version: '12.8'\n",  # unknown before connecting
+        # a driver megaprov does not install: the open-modules rule of Blackwell is the site's business
+        "megaprov_gpu_model: B200\nnvidia_driver_open: false\nnvidia_driver_method: preinstalled\n",
+        "megaprov_gpu_model: B200\nnvidia_driver_open: '{{ x }}'\n",
+    ):
+        inv.load(write(tmp_path, BASE, {"group_vars/gpu_nodes.yml": group_vars}), ROLES, DEFAULTS)
