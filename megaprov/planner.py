@@ -18,6 +18,8 @@ Sources of the formulas (read, re-derived, not copied):
   first pipeline stage keeps min(p, m) micro-batches in flight, x (1 + (p-1)/(p*v)) when interleaved (§4.2.3).
   The 34 assumes a 4h GELU MLP; it is generalised here to any MLP width and to SwiGLU (see ``_act_terms``);
   the 5*a*s/h score term applies only to attention backends that store the scores (unfused, local).
+- The output layer and loss (§4.3, and Megatron-LM ``megatron/training/theoretical_memory_usage.py``): 4*s*b*h/t *
+  (1 + V/h) bytes, the 16-bit inputs of the final norm and the output projection and the fp32 logits.
 """
 
 from __future__ import annotations
@@ -180,7 +182,7 @@ class Memory:
     parameters: float  # parameters held by that GPU
     weights_and_optimizer: float  # weights + gradients + optimizer states
     activations: float
-    logits: float
+    logits: float  # the output layer's inputs and the fp32 logits (on the last pipeline stage)
     reserved: float
     capacity: float  # 0 = not known (CPU)
 
@@ -595,7 +597,9 @@ def memory(spec: JobSpec, layout: Layout, cluster: Cluster) -> Memory:
     activations = per_layer * layers_per_stage * in_flight * interleave + working
     if t.precision == "fp32":
         activations *= 2
-    logits = 4.0 * s * b * vocab / tp * 2  # fp32 logits and their gradient on the last stage
+    # The output layer's inputs (final norm and projection, 16-bit: 4sbh) and the fp32 logits the cross-entropy keeps
+    # (4sbV), split by TP: Korthikanti et al. §4.3, 4sbh/t * (1 + V/h), as Megatron-LM's theoretical_memory_usage.py.
+    logits = (4.0 * s * b * h * (2 if t.precision == "fp32" else 1) + 4.0 * s * b * vocab) / tp
     capacity = cluster.gpu.memory_gib * GIB
     return Memory(stage_params, state, activations, logits, RESERVED_GIB * GIB if capacity else 0.0, capacity)
 
