@@ -626,3 +626,27 @@ def test_an_unknown_vocabulary_is_reported_only_when_nothing_else_is_wrong():
     """model.vocab_size is asked for only when no other rule fired (a spec with other problems gets those first)."""
     s = _gpt345m(("data", {"tokenizer": jobspec.Tokenizer(type="huggingface")}), ("train", {"min_lr": 2e-4}))
     assert [p.path for p in planner.spec_problems(s)] == ["train.min_lr", "data.tokenizer.path"]
+
+
+def test_gpu_names_exact():
+    assert planner.gpu_named("H100-SXM") is GPUS["H100-SXM"]
+    assert planner.gpu_named("l40s") is GPUS["L40S"]
+
+
+def test_only_the_nodes_the_job_runs_on_set_the_pace():
+    """A 1-node job on the first of two measured hosts: the slower second host is not the job's."""
+    fast, slow = planner.NodeRate("n1", 0.040, 1, "torch-cpu", "float32"), planner.NodeRate("n2", 0.010, 1, "torch-cpu", "float32")
+    cluster = Cluster(1, 1, GPUS["cpu"], hosts=("n1", "n2"), rates=(fast, slow))
+    assert planner.job_rates(cluster) == (fast,)
+    peak = planner.rank_peak(cluster, lab_spec())
+    assert (peak.host, peak.tflops) == ("n1", 0.040) and "not measured" not in peak.text
+
+
+def test_a_job_that_needs_exactly_the_gpus_memory_fits():
+    """345M without the distributed optimizer on one GPU needs 18,135,928,832 bytes (test_planner_memory.py derives it);
+    a GPU of exactly that many bytes holds it, one of a byte less does not."""
+    s = tweak(spec("gpt-345m-1node"), "parallel", distributed_optimizer=False)
+    exact = planner.Gpu("exact", 18_135_928_832 / GIB, 989.0, 494.0)
+    less = planner.Gpu("less", (18_135_928_832 - 1) / GIB, 989.0, 494.0)
+    assert planner.memory(s, Layout.of(s), Cluster(1, 1, exact)).fits is True
+    assert planner.memory(s, Layout.of(s), Cluster(1, 1, less)).fits is False
