@@ -315,6 +315,9 @@ def test_report_dict_fields():
         "commands": {"node1": "run"},
     }
     assert verdict.report_dict(JOB, verdict.Verdict(True), report_log(), 0.0, {}, {})["verdict"] == "passed"
+    holes = follow.JobLog(seq_length=16)
+    holes.iterations = {1: it(1, float("nan")), 2: it(2, 4.0), 3: it(3, None), 4: it(4, 3.0), 5: it(5, float("inf"))}
+    assert verdict.report_dict(JOB, verdict.Verdict(False), holes, 0.0, {}, {})["loss"] == {"first": 4.0, "last": 3.0, "min": 3.0}
     empty = verdict.report_dict(JOB, verdict.Verdict(True), follow.JobLog(seq_length=16), 0.0, {}, {})
     assert empty["loss"] == {"first": None, "last": None, "min": None} and empty["throughput"]["tflops_per_gpu_median"] is None
 
@@ -376,6 +379,7 @@ def test_plot_draws_loss_and_tokens_per_second_against_the_iteration(monkeypatch
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (800, 600)  # 8x6 inches at 100 dpi
     top, bottom = kept[0].axes
+    assert top.get_shared_x_axes().joined(top, bottom)  # one iteration axis for both
     assert (top.get_title(), top.get_ylabel(), bottom.get_ylabel(), bottom.get_xlabel()) == ("job-a: passed", "lm loss", "tokens/s", "iteration")
     (loss,), (rate,) = top.get_lines(), bottom.get_lines()
     assert list(loss.get_xdata()) == [1, 2, 5] and list(rate.get_xdata()) == [1, 2, 5]
