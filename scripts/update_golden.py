@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Rewrite the golden pretrain_gpt.py arguments of the example jobs (tests/unit/golden/<job>.args).
+"""Rewrite the golden files of the example jobs (tests/unit/golden/: <job>.args, <job>.node0.sh, <job>.sbatch).
 
     .venv/bin/python scripts/update_golden.py [JOB ...] [--dir DIR]
 
 The golden test (tests/unit/test_render.py) only compares: when a change to the renderer changes what an example
 renders, review the difference, run this, and commit the new files with the change. Nothing else writes them, and
-this refuses to run under CI (CI set to anything but empty/false/0): CI checks the committed files, never its own
-output.
+this refuses to run under CI (CI set to anything but empty/false/0/no): CI checks the committed files, never its own
+output. What the files hold is defined once, in tests/helpers/golden.py.
 """
 
 from __future__ import annotations
@@ -19,16 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from megaprov import jobspec, render  # noqa: E402
-
-JOBS = ROOT / "examples" / "jobs"
-GOLDEN = ROOT / "tests" / "unit" / "golden"
-SHARED = "/shared"  # the shared directory the golden files are rendered for
-
-
-def golden_text(job: Path) -> str:
-    """What the golden file of an example job holds: its pretrain_gpt.py arguments, one per line."""
-    return "\n".join(render.megatron_args(jobspec.load(job), SHARED)) + "\n"
+from tests.helpers.golden import GOLDEN, example_jobs, golden_files  # noqa: E402
 
 
 def in_ci() -> bool:
@@ -43,23 +34,25 @@ def main(argv: list[str] | None = None) -> int:
     if in_ci():
         print("update_golden: refusing to rewrite golden files under CI (CI is set): CI compares them", file=sys.stderr)
         return 2
-    names = args.jobs or sorted(p.stem for p in JOBS.glob("*.yml"))
-    missing = [n for n in names if not (JOBS / f"{n}.yml").is_file()]
+    known = example_jobs()
+    missing = [n for n in args.jobs if n not in known]
     if missing:
-        print(f"update_golden: no example job {', '.join(missing)} in {JOBS}", file=sys.stderr)
+        print(f"update_golden: no example job {', '.join(missing)} in examples/jobs", file=sys.stderr)
         return 2
     args.dir.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        path = args.dir / f"{name}.args"
-        text = golden_text(JOBS / f"{name}.yml")
-        old = path.read_text() if path.exists() else None
-        if old != text:
-            path.write_text(text)
-        print(f"{path}: {'unchanged' if old == text else ('written' if old is None else 'updated')}")
-    if not args.jobs:  # a golden file whose example is gone would never be compared again
-        for stale in sorted(set(args.dir.glob("*.args")) - {args.dir / f"{n}.args" for n in names}):
+    written: set[Path] = set()
+    for job in args.jobs or known:
+        for name, text in golden_files(job).items():
+            path = args.dir / name
+            written.add(path)
+            old = path.read_text() if path.exists() else None
+            if old != text:
+                path.write_text(text)
+            print(f"{path}: {'unchanged' if old == text else ('written' if old is None else 'updated')}")
+    if not args.jobs:  # a golden file no example renders any more would never be compared again
+        for stale in sorted(set(args.dir.iterdir()) - written):
             stale.unlink()
-            print(f"{stale}: removed (no example job of that name)")
+            print(f"{stale}: removed (no example job renders it)")
     return 0
 
 

@@ -14,12 +14,12 @@ import pytest
 from megaprov import jobspec, nodefacts, render
 from megaprov.jobspec import JobSpecError
 from megaprov.planner import GPUS
+from tests.helpers.golden import UPDATE_COMMAND, example_jobs, golden_files
 from tests.helpers.megatron import FLAGS, assert_megatron_accepts, parse_torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
 GOLDEN = Path(__file__).parent / "golden"
-UPDATE_GOLDEN = ".venv/bin/python scripts/update_golden.py"
 
 
 def spec(name):
@@ -39,16 +39,16 @@ def hosts(n):
     return [(f"node{i:02d}", f"10.0.0.{i + 1}") for i in range(n)]
 
 
-def assert_golden(name, text, golden_dir=GOLDEN):
-    """Compare only: a golden file is rewritten by the separate command UPDATE_GOLDEN, never by a test run."""
-    golden = golden_dir / f"{name}.args"
-    assert golden.is_file(), f"no golden file {golden}: review the arguments and create it with {UPDATE_GOLDEN} {name}"
+def assert_golden(job, name, text, golden_dir=GOLDEN):
+    """Compare only: a golden file is rewritten by the separate command UPDATE_COMMAND, never by a test run."""
+    golden = golden_dir / name
+    assert golden.is_file(), f"no golden file {golden}: review what {job} renders and create it with {UPDATE_COMMAND} {job}"
     expected = golden.read_text()
     if text != expected:
         diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(golden), "rendered now"))
         raise AssertionError(
-            f"the rendered arguments of {name} differ from {golden}:\n{diff}"
-            f"if the change is intended, run {UPDATE_GOLDEN} {name} (refused under CI) and commit the file"
+            f"what {job} renders differs from {golden}:\n{diff}"
+            f"if the change is intended, run {UPDATE_COMMAND} {job} (refused under CI) and commit the file"
         )
 
 
@@ -66,15 +66,20 @@ def test_flag_table_is_the_pinned_version():
     assert FLAGS["--recompute-granularity"]["choices"] == ["full", "selective"]
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in JOBS.glob("*.yml")))
-def test_golden_megatron_arguments(name):
-    args = render.megatron_args(spec(name), "/shared")
-    assert_megatron_accepts(args)
-    assert_golden(name, "\n".join(args) + "\n")
+@pytest.mark.parametrize("job", example_jobs())
+def test_golden_files(job):
+    """Each example's arguments, node script of rank 0 and sbatch script, as reviewed and committed."""
+    files = golden_files(job)
+    assert_megatron_accepts(files[f"{job}.args"].splitlines())
+    assert list(files)[:2] == [f"{job}.args", f"{job}.node0.sh"]
+    for name, text in files.items():
+        assert_golden(job, name, text)
 
 
-def test_every_example_has_a_golden_file_and_no_golden_file_is_orphaned():
-    assert {p.stem for p in GOLDEN.glob("*.args")} == {p.stem for p in JOBS.glob("*.yml")}
+def test_every_golden_file_belongs_to_an_example():
+    expected = {name for job in example_jobs() for name in golden_files(job)}
+    assert {p.name for p in GOLDEN.iterdir()} == expected
+    assert {"gpt3-175b-128nodes.sbatch", "lab-tiny.node0.sh", "lab-tiny.args"} <= expected
 
 
 def test_a_differing_golden_file_fails_and_is_left_as_it_was(tmp_path, monkeypatch):
@@ -86,11 +91,11 @@ def test_a_differing_golden_file_fails_and_is_left_as_it_was(tmp_path, monkeypat
     assert stale != rendered
     (tmp_path / "lab-tiny.args").write_text(stale)
     with pytest.raises(AssertionError, match=r"run \.venv/bin/python scripts/update_golden\.py lab-tiny \(refused under CI\)") as info:
-        assert_golden("lab-tiny", rendered, tmp_path)
+        assert_golden("lab-tiny", "lab-tiny.args", rendered, tmp_path)
     assert "\n-964\n+64\n" in str(info.value)  # the diff is shown: golden 964, rendered 64 (lab-tiny's hidden size)
     assert (tmp_path / "lab-tiny.args").read_text() == stale
     with pytest.raises(AssertionError, match="create it with .*update_golden.py gpu-check"):
-        assert_golden("gpu-check", rendered, tmp_path)
+        assert_golden("gpu-check", "gpu-check.args", rendered, tmp_path)
     assert not (tmp_path / "gpu-check.args").exists()
 
 
@@ -103,8 +108,9 @@ def test_the_update_command_writes_what_the_golden_test_compares(tmp_path):
     (tmp_path / "gone.args").write_text("--old\n")
     out = _update_golden(["--dir", str(tmp_path)], {}, tmp_path)
     assert out.returncode == 0, out.stderr
-    for name in sorted(p.stem for p in JOBS.glob("*.yml")):
-        assert (tmp_path / f"{name}.args").read_text() == (GOLDEN / f"{name}.args").read_text(), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in GOLDEN.iterdir())
+    for path in GOLDEN.iterdir():
+        assert (tmp_path / path.name).read_text() == path.read_text(), path.name
     assert not (tmp_path / "gone.args").exists()  # the example is gone: its golden file would never be compared
 
 
