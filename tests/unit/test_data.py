@@ -285,3 +285,18 @@ def test_the_result_names_every_file_and_counts_what_was_read(tmp_path):
     assert calls == [progress] and progress.seconds > 0  # progress_every not reached: only the final report
     assert len(IndexedDataset(result.prefixes["title"])) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"] + sorted(Path(f).name for f in result.files)  # no partial files
+
+
+@pytest.mark.parametrize(("vocab_size", "dtype"), [(65499, np.uint16), (65500, np.int32)])
+def test_the_dataset_type_follows_the_vocabulary_size(tmp_path, vocab_size, dtype):
+    # megatron-core's DType.optimal_dtype: uint16 below 65500 tokens, int32 from there (indexed_dataset.py).
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = {f"w{i}": i for i in range(vocab_size - 1)} | {"</s>": vocab_size - 1}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="w0"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    src = corpus(tmp_path, ["w1 w65000", "w7"])
+    result = data.prepare([src], tmp_path / "v", TokenizerSpec("huggingface", path=str(tmp_path)))
+    ds = IndexedDataset(result.prefixes["text"])
+    assert ds.index.dtype == dtype
+    assert [ds[i].tolist() for i in range(2)] == [[1, 65000, vocab_size - 1], [7, vocab_size - 1]]
