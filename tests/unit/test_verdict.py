@@ -374,6 +374,9 @@ def test_plot_draws_loss_and_tokens_per_second_against_the_iteration(monkeypatch
 
     kept = []
     monkeypatch.setattr(plt, "close", kept.append)  # keep the figure to look at it
+    # a site's matplotlibrc may save PDFs at 50 dpi by default: the report's PNG does not depend on it
+    monkeypatch.setitem(plt.rcParams, "savefig.format", "pdf")
+    monkeypatch.setitem(plt.rcParams, "savefig.dpi", 50)
     s = [it(1, 5.0, tps=100.0), it(2, None, tps=None), it(5, 3.0, tps=300.0)]
     png = verdict.plot(s, "job-a: passed")
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
