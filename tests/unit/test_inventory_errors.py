@@ -535,3 +535,73 @@ def test_gpu_stack_checks_that_do_not_apply(tmp_path):
         "megaprov_gpu_model: B200\nnvidia_driver_open: '{{ x }}'\n",
     ):
         inv.load(write(tmp_path, BASE, {"group_vars/gpu_nodes.yml": group_vars}), ROLES, DEFAULTS)
+
+
+# ---- sections, merging and precedence across the INI file and the variables files
+
+
+def test_sections_may_repeat_and_are_merged():
+    hosts, groups, gvars, children = inv.parse_ini(
+        "[ gpu_nodes ]\nn1\n[head]\nh1\n[gpu_nodes]\nn2\n[g:vars]\na = 1 \n[g:vars]\nb='x #y'\n[p:children]\ngpu_nodes\n[p:children]\nhead\n",
+        "f.ini",
+    )
+    assert groups["gpu_nodes"] == ["n1", "n2"]  # the section read twice; spaces inside the brackets ignored
+    assert gvars == {"g": {"a": 1, "b": "x #y"}}  # a quoted value keeps its '#'
+    assert children == {"p": ["gpu_nodes", "head"]}
+    hosts, groups, _, _ = inv.parse_ini("[head]\nr[a:b]-n[1:2]:2200\n", "f.ini")  # the port after the last range
+    assert groups["head"] == ["ra-n1", "ra-n2", "rb-n1", "rb-n2"] and hosts["rb-n2"].vars == {"ansible_port": 2200}
+
+
+def test_variables_files_win_over_the_ini_file(tmp_path):
+    # Ansible's precedence: group_vars/ files over [group:vars], host_vars/ files over the host line, [all:vars] over
+    # megaprov's defaults (inventories/defaults.yml).
+    inventory = inv.load(
+        write(
+            tmp_path,
+            "[head]\nh1\n[gpu_nodes]\nn1 x=line\nn2\n[gpu_nodes:vars]\ny=ini\nz=ini\n[all:vars]\nmegaprov_scratch_dir=/scratch\n",
+            {"group_vars/gpu_nodes.yml": "y: file\n", "host_vars/n1.yml": "x: file\n"},
+        ),
+        ROLES,
+        DEFAULTS,
+    )
+    assert (inventory.host_var("n1", "x"), inventory.host_var("n2", "y"), inventory.host_var("n2", "z")) == ("file", "file", "ini")
+    assert inventory.host_var("h1", "megaprov_scratch_dir") == "/scratch"
+    assert inventory.host_var("h1", "megaprov_cluster_user") == "megaprov"  # the rest of defaults.yml stays
+
+
+def test_groups_sharing_a_child_are_no_cycle(tmp_path):
+    inventory = inv.load(
+        write(tmp_path, "[head]\nh1\n[gpu_nodes:children]\na\nb\n[a:children]\nc\n[b:children]\nc\n[c]\nn1\n[other:children]\nc\n"),
+        ROLES,
+        DEFAULTS,
+    )
+    assert inventory.hosts["n1"].groups == {"a", "b", "c", "gpu_nodes", "other"}
+    assert inv.resolve_children({"z": [], "x": ["h"], "y": ["g"]}, {"y": ["x"], "z": ["y"]}, "f") == {"x": ["h"], "y": ["g", "h"], "z": ["g", "h"]}
+
+
+def test_role_specs_and_their_roles(tmp_path):
+    specs = inv.role_specs(ROLES)
+    assert specs["nccl_tests_repo"]["role"] == "nccl" and specs["nfs_server_export_dir"]["type"] == "path"
+    specs, prefixes = inv.all_specs(ROLES)
+    assert {"nccl", "nvidia_driver", "ssh_mesh"} <= prefixes and "ansible_port" in specs and "megaprov_lab" in specs
+    (tmp_path / "r" / "empty" / "meta").mkdir(parents=True)
+    (tmp_path / "r" / "empty" / "meta" / "argument_specs.yml").write_text("")
+    (tmp_path / "r" / "bare" / "meta").mkdir(parents=True)
+    (tmp_path / "r" / "bare" / "meta" / "argument_specs.yml").write_text("argument_specs:\n  main: {}\n")
+    assert inv.role_specs(tmp_path / "r") == {}
+    specs, prefixes = inv.all_specs(tmp_path / "none")
+    assert prefixes == set() and set(specs) == set(inv.ANSIBLE_VARS) | set(inv.CLUSTER_VARS)
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("1: x\n", "group_vars/all.yml: 1 is not a variable name"),
+        ('megaprov_cluster_user: "a\\tb"\n', "contains the control character"),
+        ('site_note: "a\\u2028b"\n', "contains the control character"),  # any variable: it may be rendered
+        ("a: &x 1\nb: *x\n", "group_vars/all.yml:1: YAML anchors and aliases are not allowed here"),
+    ],
+)
+def test_variables_files_are_checked_before_use(tmp_path, body, needle):
+    err = refused(write(tmp_path, BASE, {"group_vars/all.yml": body}))
+    assert needle in err.message
