@@ -89,8 +89,8 @@ def wrong_key_for_peer(hosts):
     h.check_output("ssh-keygen -q -t ed25519 -N '' -C wrong -f /root/wrong-host-key")
     wrong = h.check_output("cut -d' ' -f2 /root/wrong-host-key.pub")
     h.check_output(
-        "awk -v p=%s -v k=%s '{n = split($1, names, \",\"); mine = 0; for (i = 1; i <= n; i++) if (names[i] == p) mine = 1}"
-        " !mine {print; next} $2 == \"ssh-ed25519\" {print $1, $2, k}' /root/ssh_known_hosts.verify > /etc/ssh/ssh_known_hosts",
+        'awk -v p=%s -v k=%s \'{n = split($1, names, ","); mine = 0; for (i = 1; i <= n; i++) if (names[i] == p) mine = 1}'
+        ' !mine {print; next} $2 == "ssh-ed25519" {print $1, $2, k}\' /root/ssh_known_hosts.verify > /etc/ssh/ssh_known_hosts',
         peer,
         wrong,
     )
