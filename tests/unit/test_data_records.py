@@ -372,7 +372,7 @@ def test_progress_rates():
 
 
 def test_the_synthetic_corpus_follows_its_grammar(tmp_path):
-    path = tmp_path / "sub" / "corpus.jsonl"  # the directory is created
+    path = tmp_path / "sub" / "deeper" / "corpus.jsonl"  # the directories are created
     size = data.synthetic_corpus(path, 300, seed=7)
     text = path.read_text()
     assert size == len(text) and text.endswith("}\n")
@@ -388,7 +388,7 @@ def test_the_synthetic_corpus_follows_its_grammar(tmp_path):
             assert " ".join(words).lower().startswith(tuple(s.lower() for s in data._SUBJECTS))
             assert (" ".join(words)).endswith(data._ENDINGS)
     assert (min(counts), max(counts)) == (3, 8)  # 3 to 8 sentences a document
-    assert list(tmp_path.joinpath("sub").iterdir()) == [path]  # no temporary file left
+    assert list(path.parent.iterdir()) == [path]  # no temporary file left
 
 
 def test_the_synthetic_corpus_is_deterministic_for_a_seed(tmp_path):
