@@ -72,11 +72,20 @@ def test_gpus_on_the_pci_bus_exclude_nvswitches_and_other_vendors(tmp_path):
     pci(tmp_path, "0000:40:00.0", "0x10de", "0x040300", "0x22e8")  # NVIDIA HD audio
     assert state.pci_gpus(str(tmp_path)) == ["0000:18:00.0", "0000:3b:00.0"]
     assert state.pci_gpu_devices(str(tmp_path)) == ["0x2330", "0x1db1"]
+    (tmp_path / "sys/bus/pci/devices/0000:3b:00.0/device").unlink()
+    assert state.pci_gpu_devices(str(tmp_path)) == ["0x2330", ""]  # unreadable: an empty string, never bytes
 
 
 @pytest.mark.parametrize(
     ("version", "upstream"),
-    [("550.127.08-1", "550.127.08"), ("1:550.127.08-0ubuntu1", "550.127.08"), ("580.95.05", "580.95.05"), ("1:580.95.05-1-2", "580.95.05")],
+    [
+        ("550.127.08-1", "550.127.08"),
+        ("1:550.127.08-0ubuntu1", "550.127.08"),
+        ("580.95.05", "580.95.05"),
+        ("1:580.95.05-1-2", "580.95.05"),
+        # Debian policy (deb-version): with an epoch, the upstream version may itself contain colons
+        ("2:1.0:rc1-1", "1.0:rc1"),
+    ],
 )
 def test_upstream_version_of_a_debian_version(version, upstream):
     assert state.upstream(version) == upstream
@@ -275,3 +284,13 @@ def test_module_reads_the_enrolment_from_stdout_too(tmp_path, capsys, monkeypatc
     assert run_module({"root": str(root)}, capsys)["mok_enrolled"] is True
     tool(bin_dir, "mokutil", '#!/bin/sh\necho "$2 is not enrolled" >&2\nexit 1\n')
     assert run_module({"root": str(root)}, capsys)["mok_enrolled"] is False
+
+
+def test_module_nouveau_holding_an_installed_driver_means_reboot(tmp_path, capsys, monkeypatch):
+    root, bin_dir = tmp_path / "root", tmp_path / "bin"
+    h100_node(root)
+    (root / "sys/module/nouveau").mkdir(parents=True)
+    tool(bin_dir, "dpkg-query", DPKG)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    result = run_module({"driver_packages": ["nvidia-open"], "root": str(root)}, capsys)
+    assert (result["installed_version"], result["loaded_version"], result["nouveau_loaded"], result["action"]) == ("580.95.05", "", True, "reboot")

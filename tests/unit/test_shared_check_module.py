@@ -178,7 +178,10 @@ def test_libnfs_write_failure_names_the_tools_reason(libnfs, capsys, monkeypatch
     assert result["msg"].endswith(f" in nfs://lab-nfs/export/: {expected}")
 
 
-@pytest.mark.parametrize(("err", "reason"), [("nfs-cat: Failed to open file\\n", "nfs-cat: Failed to open file"), ("", "nfs-cat exited 1")])
+@pytest.mark.parametrize(
+    ("err", "reason"),
+    [("nfs-cat: Failed to open file\\n", "nfs-cat: Failed to open file"), ("", "nfs-cat exited 1"), ("bad \\377 byte", "bad \ufffd byte")],
+)
 def test_libnfs_read_failure_names_the_tools_reason(libnfs, capsys, monkeypatch, err, reason):
     monkeypatch.setenv("FAKE_RC", "1")
     monkeypatch.setenv("FAKE_ERR", err)
@@ -196,3 +199,14 @@ def test_a_missing_libnfs_tool_is_a_failure_with_its_name(tmp_path, capsys, monk
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     rc, result = run_module({**NFS, "write": True, "size_kb": 1}, capsys)
     assert rc == 1 and result["msg"].endswith(": nfs-cp: No such file or directory")
+
+
+def test_a_hung_nfs_cp_is_stopped_at_the_timeout(libnfs, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_SLEEP", "30")
+    rc, result = run_module({**NFS, "write": True, "size_kb": 1, "timeout": 1}, capsys)
+    assert rc == 1 and result["msg"].endswith(" in nfs://lab-nfs/export/: nfs-cp timed out after 1 s")
+
+
+def test_the_libnfs_url_keeps_the_exports_own_name():
+    assert shared._url("nfs://nas1/vol/BOX", "cache/f", 1000, 1001) == "nfs://nas1/vol/BOX/cache/f?uid=1000&gid=1001"
+    assert shared._url("nfs://nas1/vol/BOX//", "cache/f", 0, 0) == "nfs://nas1/vol/BOX/cache/f?uid=0&gid=0"

@@ -112,7 +112,7 @@ FAKE_SSH = """#!/bin/sh
 for last in "$@"; do peer=$prev; prev=$last; done
 printf '%s\\0' "$@" > "$0.$peer.args"
 case "$peer" in
-  node2) echo node2 ;;
+  node2) sleep 0.3; echo node2 ;;
   node3) echo "Host key verification failed." >&2; exit 255 ;;
   node4) echo somewhere-else ;;
   *) echo "ssh: Could not resolve hostname $peer" >&2; exit 255 ;;
@@ -144,7 +144,9 @@ def test_module_tries_every_reachable_peer_and_reports_each_pair(fake_ssh, capsy
     assert lines[0] == ("node2", True, f"ok ({result['pairs'][0]['seconds']:.2f}s)")
     assert lines[1:] == [("node3", False, "Host key verification failed."), ("node4", False, "answered as 'somewhere-else', expected 'node4'")]
     assert {p["source"] for p in result["pairs"]} == {"node1"}
+    # measured per pair, in hundredths: node2's fake ssh takes 0.3 s
     assert all(0 <= p["seconds"] < 30 and p["seconds"] == round(p["seconds"], 2) for p in result["pairs"])
+    assert 0.3 <= result["pairs"][0]["seconds"] < 30 and result["pairs"][0]["seconds"] != int(result["pairs"][0]["seconds"])
     assert not Path(f"{fake_ssh}.node5.args").exists()  # left out: never tried
     argv = ["ssh", *Path(f"{fake_ssh}.node3.args").read_text().split("\0")[:-1]]
     opts, rest = options(argv)

@@ -23,7 +23,7 @@ module: megaprov_shared_check
 short_description: N-writer, N-reader check of a shared directory
 options:
   access: {type: str, choices: [path, libnfs], required: true}
-  root: {type: str, required: true, description: directory path, or nfs://server/export for libnfs}
+  root: {type: str, required: true, description: "directory path, or nfs://server/export for libnfs"}
   subdir: {type: str, default: cache, description: existing directory of the share that holds the check files}
   name: {type: str, required: true, description: this host's file name}
   write: {type: bool, default: false}

@@ -8,11 +8,11 @@ short_description: NVIDIA driver state of a node, and what the driver role must 
 description:
   - Reads Secure Boot from EFI variables, the loaded nvidia module version from sysfs, the installed driver
     packages from dpkg, the NVIDIA GPUs on the PCI bus and, where the driver is loaded, nvidia-smi.
-  - Returns C(action), one of C(no_gpu) (no NVIDIA GPU on this machine's PCI bus), C(none) (the installed driver
+  - "Returns C(action), one of C(no_gpu) (no NVIDIA GPU on this machine's PCI bus), C(none) (the installed driver
     is loaded), C(load) (installed, not loaded yet: modprobe without a reboot), C(reboot) (another version is loaded)
-    or C(install) (no driver package is installed).
-  - Also returns the GPUs' PCI device IDs (C(pci_gpu_devices), which tell the GPU generation and so the kernel
-    module flavour) and whether nouveau is loaded (C(nouveau_loaded): it holds the GPUs until a reboot).
+    or C(install) (no driver package is installed)."
+  - "Also returns the GPUs' PCI device IDs (C(pci_gpu_devices), which tell the GPU generation and so the kernel
+    module flavour) and whether nouveau is loaded (C(nouveau_loaded): it holds the GPUs until a reboot)."
   - Never changes anything; supports check mode.
 options:
   driver_packages:
