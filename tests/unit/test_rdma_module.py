@@ -277,7 +277,7 @@ def test_ports_in_numeric_order_with_defaults_for_missing_files(tmp_path):
         fake_port(tmp_path, "hfi1_0", port, "4: ACTIVE", "100 Gb/sec (4X EDR)", "InfiniBand")
     bare = tmp_path / "class" / "infiniband" / "mlx5_9" / "ports" / "1"
     bare.mkdir(parents=True)  # a port whose attributes cannot be read
-    (tmp_path / "class" / "infiniband" / "rxe_nodir").mkdir()  # a device without ports/
+    (tmp_path / "class" / "infiniband" / "bnxt_re0").mkdir()  # a device without ports/ (listed before the others)
     found = rdma.ports(sysfs(tmp_path))
     assert [(p["device"], p["port"]) for p in found] == [("hfi1_0", 1), ("hfi1_0", 2), ("hfi1_0", 10), ("mlx5_9", 1)]
     assert found[3] == {
@@ -547,3 +547,51 @@ def test_module_finds_ofed_info_on_path_and_defaults_the_kernel(tmp_path, capsys
         "peermem": True,
         "reason": "nvidia-peermem (MLNX/DOCA OFED provides the peer-memory API); no DMA-BUF (kernel 5.4.0-200-generic is older than 5.12)",
     }
+
+
+def test_a_state_without_its_number_and_a_port_that_is_not_a_number(tmp_path):
+    fake_port(tmp_path, "mlx5_0", 1, "ACTIVE", "400", "InfiniBand")
+    odd = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "extra"
+    odd.mkdir()
+    found = rdma.ports(sysfs(tmp_path))
+    assert [(p["port"], p["state"]) for p in found] == [("extra", "UNKNOWN"), (1, "ACTIVE")]
+
+
+def test_an_unknown_numa_node_matches_nothing():
+    port = port_row("mlx5_0", ["0000:00:02.0", "0000:02:00.0"], "")
+    gpu_far = {"pci": ["0000:00:01.0", "0000:01:00.0"], "numa_node": ""}
+    assert rdma.compute_ports([port], [gpu_far]) == ([port], "every active port (no port shares a PCIe switch or NUMA node with a GPU)")
+
+
+def test_every_inactive_port_is_named(tmp_path):
+    fake_port(tmp_path, "mlx5_0", 1, "1: DOWN", "10 Gb/sec", "InfiniBand")
+    fake_port(tmp_path, "mlx5_1", 1, "2: INIT", "10 Gb/sec", "InfiniBand")
+    _, summary, _ = rdma.nccl_env(rdma.ports(sysfs(tmp_path)), "eth0", -1, {})
+    assert summary == "RDMA devices present but no port is ACTIVE (mlx5_0:1 DOWN, mlx5_1:1 INIT): NCCL will use TCP sockets on eth0"
+
+
+def test_module_with_inactive_ports_only(tmp_path, capsys, no_ofed_info):
+    fake_port(tmp_path, "mlx5_0", 1, "1: DOWN", "10 Gb/sec", "InfiniBand")
+    rc, result = run_module(tree_args(tmp_path), capsys)
+    assert rc == 0 and result["bw_port"] is None and result["nccl_env"]["NCCL_IB_DISABLE"] == "1" and result["hcas"] == ["mlx5_0"]
+
+
+def test_module_gpudirect_needs_gpus_and_hcas_and_honours_never(tmp_path, capsys, no_ofed_info):
+    fake_port(tmp_path, "mlx5_0", 1, "4: ACTIVE", "400", "InfiniBand")
+    rc, result = run_module(tree_args(tmp_path, ofed_wanted=True), capsys)  # RDMA, no GPU
+    assert result["gpudirect"]["method"] == "none" and result["gpudirect"]["reason"] == "GPUDirect RDMA needs both NVIDIA GPUs and RDMA devices"
+    rc, result = run_module(tree_args(tmp_path, ofed_wanted=True, peermem="never"), capsys)
+    assert result["gpudirect"]["peermem"] is False
+    gpus_only = tmp_path / "gpus-only"
+    gpu(gpus_only, ["0000:00:01.0", "0000:03:00.0"])
+    rc, result = run_module(tree_args(gpus_only, ofed_wanted=True), capsys)  # GPU, no RDMA
+    assert result["gpus"] == 1 and result["gpudirect"]["method"] == "none" and result["gpudirect"]["peermem"] is False
+    gpu(tmp_path, ["0000:00:01.0", "0000:03:00.0"])
+    rc, result = run_module(tree_args(tmp_path, ofed_wanted=True, peermem="never"), capsys)
+    assert result["gpudirect"] == {"method": "none", "peermem": False, "reason": "infiniband_peermem=never; no DMA-BUF (no NVIDIA driver loaded)"}
+
+
+def test_module_an_infiniband_bw_port_has_no_gid_even_when_one_is_forced(tmp_path, capsys, no_ofed_info):
+    fake_port(tmp_path, "mlx5_0", 1, "4: ACTIVE", "400", "InfiniBand")
+    rc, result = run_module(tree_args(tmp_path, roce_gid_index=3), capsys)
+    assert result["bw_port"] == {"device": "mlx5_0", "port": 1, "link_layer": "InfiniBand", "gid_index": None}
