@@ -300,3 +300,39 @@ def test_the_dataset_type_follows_the_vocabulary_size(tmp_path, vocab_size, dtyp
     ds = IndexedDataset(result.prefixes["text"])
     assert ds.index.dtype == dtype
     assert [ds[i].tolist() for i in range(2)] == [[1, 65000, vocab_size - 1], [7, vocab_size - 1]]
+
+
+class _Clock:
+    """time for data.prepare: each monotonic() call is one second after the previous one."""
+
+    def __init__(self) -> None:
+        self.now = -1.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("every", "reports"),
+    [
+        # the clock reads 0 at the start, 1, 2, 3 after each one-line batch, 4 at the end (always reported)
+        (None, [(1, 1.0), (2, 2.0), (3, 3.0), (3, 4.0)]),  # the default: every second
+        (1.0, [(1, 1.0), (2, 2.0), (3, 3.0), (3, 4.0)]),  # a report when a full interval has passed
+        (1.5, [(2, 2.0), (3, 4.0)]),  # 1 s < 1.5 s: not yet; 2 s: report; 3 - 2 < 1.5: not yet
+    ],
+)
+def test_progress_is_reported_once_per_interval(tmp_path, monkeypatch, every, reports):
+    monkeypatch.setattr(data, "BATCH_LINES", 1)
+    monkeypatch.setattr(data, "time", _Clock())
+    seen = []
+    kwargs = {} if every is None else {"progress_every": every}
+    result = data.prepare(
+        [corpus(tmp_path, ["a", "bc", "def"])],
+        tmp_path / "p",
+        TokenizerSpec("byte"),
+        on_progress=lambda p: seen.append((p.docs, p.seconds)),
+        **kwargs,
+    )
+    assert seen == reports
+    assert result.progress.seconds == 4.0 and result.progress.tokens == 2 + 3 + 4
