@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from megaprov import jobspec, nodefacts, render
+from megaprov.errors import UsageError
 from megaprov.jobspec import JobSpecError
 from megaprov.planner import GPUS
 from tests.helpers.golden import UPDATE_COMMAND, example_jobs, golden_files
@@ -625,3 +626,33 @@ def test_render_refuses_what_the_inventory_gave_in_one_line_each():
     # more inventory hosts than the job needs: the first ones, in rank order
     out = render.render(s, cluster_for(s), hosts(3))
     assert [(n.host, n.node_rank) for n in out.nodes] == [("node00", 0), ("node01", 1)]
+
+
+def test_sbatch_refuses_what_sbatch_would_misread_naming_the_field():
+    s = spec("lab-tiny")
+    with pytest.raises(UsageError) as info:
+        render.sbatch_script(s, cluster_for(s, "/my share"))
+    assert str(info.value) == (
+        "the job directory='/my share/jobs/lab-tiny' is not a path that can go on an #SBATCH line: use a shared directory of letters, digits and /._-"
+    )
+    for key in ("partition", "account", "qos"):
+        slurm = s.launch.slurm.model_copy(update={key: "a b"})
+        bad = s.model_copy(update={"launch": s.launch.model_copy(update={"slurm": slurm})})
+        with pytest.raises(UsageError) as info:
+            render.sbatch_script(bad, cluster_for(s))
+        assert str(info.value).startswith(f"launch.slurm.{key}='a b' is not a plain Slurm name: use letters, digits")
+
+
+def test_the_sbatch_lead_comes_from_the_clusters_write_speed():
+    # lab-tiny's checkpoint is 1,594,368 bytes (test above). At 0.01 MB/s it takes 159.4368 s: torchrun's wait is
+    # ceil(60 + 2 x 159.4368) = 379 s, the unit's 439 s, and Slurm's SIGTERM lead the same 439 s.
+    s = spec("lab-tiny")
+    slow = nodefacts.KnownCluster(2, 1, GPUS["cpu"], "/shared", stack=TE_SITE, write_mbps=0.01, write_source="inventory")
+    assert render.stop_grace(s, slow) == render.StopGrace(1_594_368, 0.01, "inventory", 379, 439)
+    text = render.sbatch_script(s, slow)
+    assert "#SBATCH --signal=TERM@439" in text.splitlines() and "export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=379" in text.splitlines()
+    out = render.render(s, slow, hosts(2))
+    assert dict(out.nodes[0].env)["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "379"
+    assert "# Stop grace: 379 s from SIGTERM to torchrun's SIGKILL (checkpoint ~0.0 GB at 0.01 MB/s, inventory), the unit's TimeoutStopSec 439 s" in (
+        out.nodes[0].script.splitlines()
+    )
