@@ -52,7 +52,7 @@ def test_path_write_replaces_this_writers_old_file_only(share, capsys):
 
 def test_path_write_into_a_missing_directory_fails_with_the_reason(share, capsys):
     rc, result = run_module({"access": "path", "root": str(share), "subdir": "absent", "name": "node1", "write": True, "size_kb": 1}, capsys)
-    assert rc == 1 and result["failed"] is True
+    assert rc == 1 and result["failed"] is True and (result["access"], result["root"]) == ("path", str(share))
     assert (
         result["msg"].startswith("cannot write absent/.megaprov-check-node1-")
         and f" in {share}: [Errno 2] No such file or directory: " in result["msg"]
@@ -63,6 +63,7 @@ def test_check_mode_writes_nothing_but_still_reads(share, capsys):
     args = {"access": "path", "root": str(share), "name": "node1", "write": True, "_ansible_check_mode": True}
     rc, result = run_module(args, capsys)
     assert rc == 0 and result["skipped"] is True and result["msg"] == "check mode: the shared directory is not written"
+    assert (result["changed"], result["access"], result["root"]) == (False, "path", str(share))
     assert list((share / "cache").iterdir()) == []
     (share / "cache" / shared.check_file("node2", DIGEST)).write_bytes(b"node2's data")
     rc, result = run_module({"access": "path", "root": str(share), "name": "node1", "peers": {"node2": DIGEST}, "_ansible_check_mode": True}, capsys)
@@ -106,6 +107,7 @@ NFS_CP = """#!/bin/sh
 printf '%s\\0' "$@" > "$0.args"
 if [ -n "$FAKE_SLEEP" ]; then exec sleep "$FAKE_SLEEP"; fi
 if [ -n "$FAKE_RC" ]; then printf "$FAKE_OUT"; printf "$FAKE_ERR" >&2; exit "$FAKE_RC"; fi
+if [ -n "$FAKE_DELAY" ]; then sleep "$FAKE_DELAY"; fi
 rel=${2#nfs://lab-nfs/export/}
 cat "$1" > "$STORE/${rel%%\\?*}"
 """
@@ -210,3 +212,16 @@ def test_a_hung_nfs_cp_is_stopped_at_the_timeout(libnfs, capsys, monkeypatch):
 def test_the_libnfs_url_keeps_the_exports_own_name():
     assert shared._url("nfs://nas1/vol/BOX", "cache/f", 1000, 1001) == "nfs://nas1/vol/BOX/cache/f?uid=1000&gid=1001"
     assert shared._url("nfs://nas1/vol/BOX//", "cache/f", 0, 0) == "nfs://nas1/vol/BOX/cache/f?uid=0&gid=0"
+
+
+def test_the_write_time_is_measured(libnfs, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_DELAY", "0.3")
+    rc, result = run_module({**NFS, "write": True, "size_kb": 1}, capsys)
+    # in milliseconds: at least the fake nfs-cp's 0.3 s, not a whole number of seconds
+    assert rc == 0 and 0.3 <= result["seconds"] < 30 and result["seconds"] != int(result["seconds"])
+
+
+def test_a_missing_nfs_cat_is_a_failure_with_its_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    rc, result = run_module({**NFS, "peers": {"node2": DIGEST}}, capsys)
+    assert rc == 1 and result["checks"] == [{"writer": "node2", "ok": False, "error": "nfs-cat: No such file or directory"}]
