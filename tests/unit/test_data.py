@@ -171,7 +171,7 @@ def test_an_input_of_empty_documents_only_is_refused(tmp_path):
     with pytest.raises(DataError) as info:
         data.prepare([src], tmp_path / "out", TokenizerSpec("byte"))
     assert info.value.message == "the input holds no non-empty documents"
-    assert "--json-keys" in info.value.hint
+    assert info.value.hint == "check --json-keys and the files' content"
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(DataError, match="no non-empty documents"):

@@ -334,7 +334,7 @@ def test_an_unreadable_input_is_named(jsonl, tmp_path):
 
 def test_json_keys(jsonl, tmp_path):
     err = refused([jsonl], tmp_path / "out", [], 1)
-    assert err.message == "--json-keys is empty" and "--json-keys text" in err.hint
+    assert (err.message, err.hint) == ("--json-keys is empty", "name the JSON field(s) holding the text, e.g. --json-keys text")
     err = refused([jsonl], tmp_path / "out", ["text", "a-b"], 1)
     assert "--json-keys" in err.message and "'a-b'" in err.message  # each key becomes part of a file name
     data.check_arguments([jsonl], tmp_path / "out", ["text", "text", "title_2"], 1)
