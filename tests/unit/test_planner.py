@@ -549,6 +549,9 @@ def test_the_plan_of_the_345m_example_on_its_node():
     assert p.padded_vocab == 50304  # 50257 up to a multiple of 128
     assert p.parameters == 354_871_296  # 24 x (12h^2 + 13h) + 50304h + 1024h + 2h, h = 1024
     assert p.tokens_per_iteration == 256 * 1024
+    # Megatron-LM's FLOPs in closed form (Narayanan et al. 2021): 72*B*s*L*h^2*(1 + s/(12h) + V/(12Lh))
+    flops = 72 * 256 * 1024 * 24 * 1024**2 * (1 + 1024 / (12 * 1024) + 50304 / (12 * 24 * 1024))
+    assert p.flops_per_iteration == pytest.approx(flops, rel=1e-12)
     assert (p.warnings, p.fixes) == ((), ())
 
 
@@ -584,15 +587,17 @@ def test_warning_sequence_parallel_off_with_tensor_parallelism():
 
 
 @pytest.mark.parametrize(
-    ("global_batch", "warning"),
+    ("pp", "global_batch", "warning"),
     [
-        (256, None),  # PP 2, DP 4, micro 8: 256 / 32 = 8 micro-batches = 4 x PP: no warning
-        (224, "about 14 %"),  # 7 micro-batches: bubble (p - 1) / m = 1/7
-        (32, "about 100 %"),  # one micro-batch: the bubble is a whole step
+        (2, 256, None),  # PP 2, DP 4, micro 8: 256 / 32 = 8 micro-batches = 4 x PP: no warning
+        (2, 224, "about 14 %"),  # 7 micro-batches: bubble (p - 1) / m = 1/7
+        (2, 32, "about 100 %"),  # one micro-batch: the bubble is a whole step
+        (4, 256, None),  # PP 4, DP 2: 256 / 16 = 16 = 4 x PP
+        (4, 240, "about 20 %"),  # 15 micro-batches: 3/15
     ],
 )
-def test_warning_pipeline_bubble_under_four_micro_batches_per_stage(global_batch, warning):
-    s = tweak(tweak(spec("gpt-345m-1node"), "parallel", pipeline=2), "train", global_batch_size=global_batch)
+def test_warning_pipeline_bubble_under_four_micro_batches_per_stage(pp, global_batch, warning):
+    s = tweak(tweak(spec("gpt-345m-1node"), "parallel", pipeline=pp), "train", global_batch_size=global_batch)
     got = planner.plan(s, H100x8).warnings
     if warning is None:
         assert got == ()

@@ -400,6 +400,27 @@ def test_sequence_parallelism_as_a_fix():
     assert [(f.value, f.memory_gib) for f in sp] == [(True, pytest.approx(with_sp / GIB, rel=1e-12))]
     again = planner.plan(tweak(s, "parallel", sequence_parallel=True), c)
     assert again.fits is True and again.memory.total == with_sp
+    # the TP 4 fix turns SP on as well: V padded to 128512, DP 2 (6 + 12/2 bytes), 39/4 per layer
+    tp4 = (32 * (218_103_808 // 4 + 2 * 4096) + 2 * 128512 * 4096 // 4 + 4096) * (6 + 12 / 2)
+    tp4 += 39 * sbh / 4 * 32 + 4 * 8192 * 2 * (4096 + 128512) / 4 + RESERVED
+    assert [f.memory_gib for f in p.fixes if f.field == "parallel.tensor"] == [pytest.approx(tp4 / GIB, rel=1e-12)]
+
+
+def test_with_flash_attention_the_recompute_fix_is_full():
+    """Selective recompute drops only the attention scores, which flash attention never stores: for Llama-8B without
+    the distributed optimizer and without recompute (91.8 GiB, as above) selective changes nothing; full fits."""
+    s = tweak(llama_on_one_node_without_dist_opt(), "train", recompute="none")
+    p = planner.plan(s, Cluster(1, 8, H100))
+    assert p.fits is False
+    assert [f.value for f in p.fixes if f.field == "train.recompute"] == ["full"]
+
+
+def test_a_pipeline_fix_may_span_nodes():
+    """The same job on 4 nodes of 2 GPUs: TP 4 no longer fits in a node; PP 2 (TP 2 x PP 2 = 4 GPUs of the world of
+    8, DP 2) does, as do the distributed optimizer and full recompute."""
+    s = tweak(llama_on_one_node_without_dist_opt(), "launch", nodes=4, gpus_per_node=2)
+    p = planner.plan(s, Cluster(4, 2, H100))
+    assert {(f.field, f.value) for f in p.fixes} == {("parallel.distributed_optimizer", True), ("parallel.pipeline", 2), ("train.recompute", "full")}
 
 
 def test_a_fix_that_would_fit_but_breaks_a_rule_is_not_offered():
