@@ -219,6 +219,7 @@ printf '%s\\n' "$NCCL_DEBUG" "$NCCL_IB_HCA" "$NCCL_NCHANNELS" > "$0.env"
 cat "$0.out"
 if [ "$NCCL_DEBUG" = INFO ]; then cat "$0.info" >&2; fi
 if [ -n "$FAKE_SLEEP" ]; then sleep "$FAKE_SLEEP"; fi
+if [ -n "$FAKE_DELAY" ]; then sleep "$FAKE_DELAY"; fi
 if [ -s "$0.err" ]; then cat "$0.err" >&2; fi
 exit "${FAKE_RC:-0}"
 """
@@ -327,3 +328,29 @@ def test_module_kills_a_run_past_its_timeout(tmp_path, capsys, monkeypatch):
     _, seconds = summary_parts(result["summary"])
     # coreutils timeout exits 124 when it had to kill the command
     assert rc == 1 and result["msg"] == f"{binary} exited 124: no error output" and seconds < 15
+
+
+def test_module_judges_threshold_and_version_and_summarises_every_rank(tmp_path, capsys, monkeypatch):
+    """Two ranks report different NCCL releases and two transports; the peak misses the threshold; the run took 1.2 s."""
+    log = [
+        "node1:1:1 [0] NCCL INFO NCCL version 2.30.7+cuda13.0",
+        "node2:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.2",
+        "node1:1:9 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
+        "node1:1:9 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+    ]
+    binary = fake_binary(tmp_path, output(GOOD_ROWS, avg=231.4), log)
+    monkeypatch.setenv("FAKE_DELAY", "1.2")
+    baseline = tmp_path / "baseline.json"  # in a directory that exists
+    rc, result = run_module({"argv": [str(binary)], "min_busbw_gbps": 500, "expect_nccl_version": "2.30.7", "baseline_file": str(baseline)}, capsys)
+    assert rc == 1 and result["msg"] == (
+        "nccl-tests ran with NCCL 2.21.5, 2.30.7, not 2.30.7 (the NCCL training loads): rebuild nccl-tests against the training environment; "
+        "peak bus bandwidth 429.5 GB/s is under the threshold 500.0 GB/s"
+    )
+    text, seconds = summary_parts(result["summary"])
+    assert text == "NCCL 2.21.5,2.30.7: peak 429.5 GB/s, avg 231.4 GB/s, 0 wrong, transports NET/IB/0/GDRDMA,P2P/CUMEM/read"
+    assert 1.2 <= seconds < 60
+    assert not baseline.exists()
+    # the same run meeting its threshold records the baseline beside existing files
+    fake_binary(tmp_path, output(GOOD_ROWS, avg=231.4), log[:1] + log[2:])
+    rc, result = run_module({"argv": [str(binary)], "min_busbw_gbps": 429.5, "baseline_file": str(baseline)}, capsys)
+    assert rc == 0 and result["baseline_recorded"] is True and json.loads(baseline.read_text())["peak_busbw_gbps"] == 429.5
