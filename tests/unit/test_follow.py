@@ -128,10 +128,11 @@ def test_restart_that_resumes_where_it_stopped_is_counted_from_the_start_line():
 
 
 def test_restart_that_resumes_at_the_last_logged_iteration_is_a_restart():
-    """Iterations 1..21 logged (``--log-interval 1``), the last checkpoint at 20, the workers die after 21. torchrun
-    restarts them in place (its ``--max-restarts``: no new megaprov start line), they load iteration 20 and the next
-    line logged is iteration 21 again: the same iteration as the last one logged before the failure, not a lower
-    one. One iteration's work was lost."""
+    """Iterations 1..21 logged (``--log-interval 1``), the last checkpoint at 20, the ranks die after 21; they load
+    iteration 20 and the next line logged is iteration 21 again: the same iteration as the last one logged before
+    the failure, not a lower one. Here no megaprov start line marks the restart (a log from another launcher, or
+    torchrun restarting its workers itself, which megaprov's ``--max-restarts 0`` does not do), so the iterations
+    alone must show it. One iteration's work was lost."""
     log = follow.JobLog(seq_length=128)
     feed_run(log, "node2", range(1, 22), 1.0)
     log.feed("node1", "  successfully saved checkpoint from iteration      20 to /shared/c [ t 1/1, p 1/1 ]", 1.0)
@@ -140,6 +141,19 @@ def test_restart_that_resumes_at_the_last_logged_iteration_is_a_restart():
     assert [(r.seen, r.last_iteration, r.resumed_from, r.lost_iterations, r.first_iteration_seen) for r in log.restarts] == [(1.0, 21, 20, 1, 6.0)]
     assert log.iterations[21].attempt == 1 and log.iterations[21].loss == 1.5 and log.iterations[20].attempt == 0
     assert (log.furthest, log.current, log.saves, log.loads) == (21, 21, [20], [20])
+
+
+def test_restart_at_the_last_logged_iteration_after_a_start_line():
+    """The same failure as megaprov's node units see it: systemd starts the node script again, which prints its start
+    line on the iterations' node before the ranks log iteration 21 again."""
+    log = follow.JobLog(seq_length=128)
+    start = "megaprov: node node2 (node rank 1): torchrun starting at 2026-11-30T01:00:00.000Z"
+    log.feed("node2", start, 0.5)
+    feed_run(log, "node2", range(1, 22), 1.0)
+    log.feed("node2", start, 3.0)
+    feed_run(log, "node2", [21], 6.0)
+    assert [(r.seen, r.last_iteration, r.resumed_from, r.lost_iterations, r.first_iteration_seen) for r in log.restarts] == [(1.0, 21, 20, 1, 6.0)]
+    assert log.iterations[21].attempt == 1
 
 
 def test_node_states_from_the_script_lines():
