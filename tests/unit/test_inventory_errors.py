@@ -605,3 +605,26 @@ def test_role_specs_and_their_roles(tmp_path):
 def test_variables_files_are_checked_before_use(tmp_path, body, needle):
     err = refused(write(tmp_path, BASE, {"group_vars/all.yml": body}))
     assert needle in err.message
+
+
+def test_values_keep_what_follows_the_first_equals_sign():
+    hosts, groups, gvars, _ = inv.parse_ini("[head]\nXen1 opts=a=b\n[g:vars]\nplain = abc \nargs=--x=1\n", "f.ini")
+    assert groups["head"] == ["Xen1"]  # a host name may start with any letter ('#' and ';' start comments)
+    assert hosts["Xen1"].vars == {"opts": "a=b"}
+    assert gvars["g"] == {"plain": "abc", "args": "--x=1"}  # an unquoted value is stripped
+
+
+def test_storage_defaults_without_a_defaults_file(tmp_path):
+    # without inventories/defaults.yml: the export is /shared and scratch /var/tmp, the roles' own defaults
+    err = refused_without_defaults(write(tmp_path, BASE + "[all:vars]\nmegaprov_shared_dir=/var\n"))
+    assert err.message.endswith("the shared directory /var and megaprov_scratch_dir=/var/tmp (host h1) overlap")
+    err = refused_without_defaults(write(tmp_path, BASE + "[all:vars]\nmegaprov_scratch_dir=/shared/tmp\n"))
+    assert err.message.endswith("the shared directory /shared and megaprov_scratch_dir=/shared/tmp (host h1) overlap")
+    # a network written with host bits set is still the network (as exportfs reads 10.0.0.1/16)
+    inv.load(write(tmp_path, BASE + "[all:vars]\nnfs_server_clients_cidr=10.0.0.1/16\n"), ROLES, None)
+
+
+def refused_without_defaults(path: Path) -> InventoryError:
+    with pytest.raises(InventoryError) as err:
+        inv.load(path, ROLES, None)
+    return err.value
