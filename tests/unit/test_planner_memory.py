@@ -570,3 +570,17 @@ def test_one_micro_batch_on_two_stages_makes_a_bubble_of_a_whole_step():
     """345M, PP 2, DP 4, micro 8, global 32: one micro-batch: the bubble (p - 1)/m = 1 halves the efficiency."""
     s = tweak(tweak(spec("gpt-345m-1node"), "parallel", pipeline=2), "train", global_batch_size=32)
     assert planner.plan(s, Cluster(1, 8, H100)).mfu_assumed == pytest.approx(0.5 / 2 * (8192 / 8448) * (1024 / 1152), rel=1e-12)
+
+
+@pytest.mark.parametrize(("seq", "gpus", "cps"), [(1023, 2, {1}), (1022, 2, {1}), (1024, 16, {1, 2, 4, 8, 16})])
+def test_suggest_context_parallelism_follows_the_sequence(seq, gpus, cps):
+    """CP c needs s divisible by 2c: an odd or 2-mod-4 length gets none; 1024 takes every CP up to 16 on 16 GPUs."""
+    s = tweak(spec("gpt-345m-1node"), "model", seq_length=seq, max_position_embeddings=1024)
+    assert {c.layout.cp for c in planner.suggest(s, Cluster(1, gpus, H100), top=100_000)} == cps
+
+
+def test_a_layout_written_into_the_spec_reads_back_the_same():
+    """_with() is what fixes() validates: every field of the layout must land in the spec."""
+    s = spec("gpt3-175b-128nodes")
+    layout = Layout(4, 8, 2, 3, 2, "full", False, False)
+    assert Layout.of(planner._with(s, layout)) == layout
