@@ -1,16 +1,12 @@
 """The stored facts describe the node as the node itself reports it."""
 
 import json
-import os
 
 import pytest
-import testinfra
 
+from tests.molecule.inventory import scenario_hosts
 
-@pytest.fixture(scope="module")
-def host():
-    os.environ.setdefault("CONTAINERS_CONF", os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "megaprov", "lab_files", "containers.conf"))
-    return testinfra.get_host("podman://pre1")
+testinfra_hosts = list(scenario_hosts().values())  # from Molecule's inventory
 
 
 @pytest.fixture(scope="module")
