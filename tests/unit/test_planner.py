@@ -657,3 +657,10 @@ def test_a_job_that_needs_exactly_the_gpus_memory_fits():
     less = planner.Gpu("less", (18_135_928_832 - 1) / GIB, 989.0, 494.0)
     assert planner.memory(s, Layout.of(s), Cluster(1, 1, exact)).fits is True
     assert planner.memory(s, Layout.of(s), Cluster(1, 1, less)).fits is False
+
+
+def test_a_tensor_size_that_divides_nothing_names_both_rules():
+    assert [(p.path, p.message, p.fix) for p in planner.spec_problems(_gpt345m(("parallel", {"tensor": 3})))] == [
+        ("parallel.tensor", "parallel.tensor=3 does not divide model.num_attention_heads=16", "use 1, 2, 4, 8 or 16"),
+        ("model.ffn_hidden_size", "model.ffn_hidden_size=4096 is not a multiple of parallel.tensor=3", "use a multiple of 3"),
+    ]

@@ -584,3 +584,14 @@ def test_a_layout_written_into_the_spec_reads_back_the_same():
     s = spec("gpt3-175b-128nodes")
     layout = Layout(4, 8, 2, 3, 2, "full", False, False)
     assert Layout.of(planner._with(s, layout)) == layout
+
+
+def test_speeds_equal_to_a_millionth_of_a_token_per_second_are_ranked_by_memory():
+    """The ranking treats estimates that agree to 6 decimal places as ties (float noise) and puts the smaller first.
+    At 0.0001 GFLOP/s every lab-tiny layout runs at 0.5-1.3 millionths of a token/s: all tie, memory decides."""
+    rate = planner.NodeRate("n1", 1e-10, 1, "torch-cpu", "float32")
+    found = planner.suggest(spec("lab-tiny"), Cluster(2, 1, GPUS["cpu"], hosts=("n1", "n2"), rates=(rate,)), top=100)
+    assert {round(c.tokens_per_second, 6) for c in found} == {1e-06}
+    assert len({c.tokens_per_second for c in found}) > 1
+    memory = [c.memory_gib for c in found]
+    assert memory == sorted(memory)
