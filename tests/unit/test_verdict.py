@@ -505,9 +505,11 @@ def test_stragglers_threshold_and_order():
     assert verdict.stragglers({"a": 199.0, "b": 100.0}, verdict.STRAGGLER_FAIL) == []
     # a is 3x the median of the others (100), d 10x: the slowest first
     assert verdict.stragglers({"a": 300.0, "b": 100.0, "c": 100.0, "d": 1000.0}) == [("d", 1000.0, 100.0), ("a", 300.0, 100.0)]
-    # by how many times slower, not by time x the others' time: d (11 ms, others 5.5: 2.0x) before c (10, others 6: 1.67x)
+    # by how many times slower: d (11 ms, others 5.5: 2.0x) before c (10, others 6: 1.67x)
     five = {"a": 1.0, "b": 1.0, "c": 10.0, "d": 11.0, "e": 100.0}
     assert verdict.stragglers(five) == [("e", 100.0, 5.5), ("d", 11.0, 5.5), ("c", 10.0, 6.0)]
+    # y is 10/4 = 2.5x the others' median, x 8/5 = 1.6x (their times x the others' are both 40): y first
+    assert verdict.stragglers({"idle": 0.0, "x": 8.0, "y": 10.0}) == [("y", 10.0, 4.0), ("x", 8.0, 5.0)]
 
 
 def test_throttled_nodes():
