@@ -336,3 +336,22 @@ def test_progress_is_reported_once_per_interval(tmp_path, monkeypatch, every, re
     )
     assert seen == reports
     assert result.progress.seconds == 4.0 and result.progress.tokens == 2 + 3 + 4
+
+
+def test_a_failed_write_is_named_and_leaves_nothing(tmp_path, monkeypatch):
+    # megatron-core's builder opens its .bin when it is made: a full disk (or a lost NFS mount) fails there
+    import errno
+
+    from megatron.core.datasets import indexed_dataset
+
+    def full(path, dtype):
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(indexed_dataset, "IndexedDatasetBuilder", full)
+    src = corpus(tmp_path, ["a"])
+    with pytest.raises(DataError) as info:
+        data.prepare([src], tmp_path / "out", TokenizerSpec("byte"))
+    assert info.value.message.startswith(f"cannot write {tmp_path / 'out_text_document'}.partial-")
+    assert info.value.message.endswith(".bin (No space left on device)")
+    assert info.value.hint == "choose an output prefix in a writable directory"
+    assert list(tmp_path.iterdir()) == [src]

@@ -255,13 +255,14 @@ def test_a_bad_json_line_is_the_message_and_fixing_it_the_hint(tmp_path):
     assert info.value.hint == "fix or remove that line"
 
 
-def test_an_output_name_taken_by_a_directory_is_refused(tmp_path):
+@pytest.mark.parametrize("taken", ["out_text_document.bin", "out_text_document.idx", "out_title_document.bin"])
+def test_an_output_name_taken_by_a_directory_is_refused(tmp_path, taken):
     src = tmp_path / "c.jsonl"
-    src.write_text('{"text": "a"}\n')
-    (tmp_path / "out_text_document.idx").mkdir()
+    src.write_text('{"text": "a", "title": "b"}\n')
+    (tmp_path / taken).mkdir()
     with pytest.raises(DataError) as info:
-        data.prepare([src], tmp_path / "out", TokenizerSpec("byte"))
-    assert info.value.message == f"--output-prefix {tmp_path / 'out'}: {tmp_path / 'out_text_document.idx'} is a directory"
+        data.prepare([src], tmp_path / "out", TokenizerSpec("byte"), json_keys=["text", "title"])
+    assert info.value.message == f"--output-prefix {tmp_path / 'out'}: {tmp_path / taken} is a directory"
     assert info.value.hint == "choose another prefix"
 
 
@@ -325,9 +326,10 @@ def test_an_empty_input_name_is_refused(jsonl, tmp_path):
     assert "--input" in err.message and "empty" in err.message
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
-def test_an_unreadable_input_is_named(jsonl, tmp_path):
-    jsonl.chmod(0)
+def test_an_unreadable_input_is_named(jsonl, tmp_path, monkeypatch):
+    # os.access as for a user without read permission (root reads any file, so chmod alone would not do)
+    real = os.access
+    monkeypatch.setattr(data.os, "access", lambda path, mode, **kw: False if mode == os.R_OK else real(path, mode, **kw))
     err = refused([jsonl], tmp_path / "out", ["text"], 1)
     assert (err.message, err.hint) == (f"--input {jsonl} is not readable", "check its permissions")
 
