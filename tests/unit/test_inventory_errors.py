@@ -598,7 +598,9 @@ def test_role_specs_and_their_roles(tmp_path):
     [
         ("1: x\n", "group_vars/all.yml: 1 is not a variable name"),
         ('megaprov_cluster_user: "a\\tb"\n', "contains the control character"),
-        ('site_note: "a\\u2028b"\n', "contains the control character"),  # any variable: it may be rendered
+        # any variable, nested values too: it may be rendered into a script or a unit
+        ('site_note: "a\\u2028b"\n', "group_vars/all.yml: site_note='a\\u2028b' contains the control character \\u2028"),
+        ('site_map: {k: [ok, "x\\ty"]}\n', "group_vars/all.yml: site_map.k[1]='x\\ty' contains the control character \\t"),
         ("a: &x 1\nb: *x\n", "group_vars/all.yml:1: YAML anchors and aliases are not allowed here"),
     ],
 )
