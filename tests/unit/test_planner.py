@@ -525,6 +525,7 @@ def test_divisors():
     assert planner.divisors(16) == [1, 2, 4, 8, 16]  # a square: 4 once
     assert planner.divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
     assert planner.divisors(97) == [1, 97]
+    assert planner.divisors(0) == []  # seq_length // 2 of a one-token sequence: no context-parallel size divides it
 
 
 def test_rate_text_and_default_mfu():
