@@ -341,22 +341,43 @@ def megatron_args(spec: JobSpec, shared_dir: str = "/shared", stack: NodeStack =
 
 
 def check_extra_args(spec: JobSpec, tag: str = PINNED_MEGATRON) -> list[Problem]:
-    """Pass-through arguments must be flags of the pinned Megatron-LM (values follow their flag)."""
+    """Pass-through arguments must be flags of the pinned Megatron-LM, each with the values its parser takes: a value
+    flag one value (after it, or after ``=``), a switch none, and no value without its flag (pretrain_gpt.py's parser
+    refuses all of these at start-up, on every node)."""
     flags = megatron_flags(tag)
     problems = []
-    for i, item in enumerate(spec.launch.extra_args):
+    args = spec.launch.extra_args
+    values_at: set[int] = set()  # positions that hold the value of a flag before them
+    for i, item in enumerate(args):
         if not item.startswith("--"):
-            if i == 0:
-                problems.append(Problem("launch.extra_args", f"launch.extra_args[0]={item!r} is a value without a flag", "start with a --flag"))
+            if i not in values_at:
+                fix = "start with a --flag" if i == 0 else "put its --flag before it, or remove it"
+                problems.append(Problem("launch.extra_args", f"launch.extra_args[{i}]={item!r} is a value without a flag", fix))
             continue
-        name, _, inline = item.partition("=")
+        name, eq, inline = item.partition("=")
+        end = i + 1
+        while end < len(args) and not args[end].startswith("--"):
+            end += 1
+        following = range(i + 1, end)  # the values right after it
         if name not in flags:
+            values_at.update(following)  # its values are not reported again
             close = difflib.get_close_matches(name, list(flags), n=1)
             hint = f"did you mean {close[0]}?" if close else f"see pretrain_gpt.py --help of Megatron-LM {tag}"
             problems.append(Problem("launch.extra_args", f"launch.extra_args[{i}]={name} is not a Megatron-LM {tag} argument", hint))
             continue
+        kind = flags[name]["kind"]
+        if kind == "switch" and eq:
+            problems.append(Problem("launch.extra_args", f"launch.extra_args[{i}]: {name} takes no value", f"write {name} alone"))
+            continue
+        if kind == "list":
+            values_at.update(following)
+        elif kind == "value" and not eq:
+            if not following:
+                problems.append(Problem("launch.extra_args", f"launch.extra_args[{i}]: {name} needs a value", f"write {name} VALUE"))
+                continue
+            values_at.add(following[0])
         choices = flags[name].get("choices")
-        value = inline or (spec.launch.extra_args[i + 1] if i + 1 < len(spec.launch.extra_args) else "")
+        value = inline or (args[i + 1] if i + 1 < len(args) else "")
         if choices and value not in choices and not value.startswith("--"):
             problems.append(
                 Problem("launch.extra_args", f"launch.extra_args[{i}]: {name} {value} is not allowed", f"use one of {', '.join(choices)}")

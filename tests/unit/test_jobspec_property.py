@@ -493,8 +493,7 @@ def _every_generated_spec_renders_or_fails_cleanly(drawn):
         for node in rendered.nodes:
             ns = parse_torchrun(node.argv)
             assert (ns.nnodes, ns.nproc_per_node) == (str(case["nodes"]), str(case["gpn"]))
-            if spec.launch.extra_args[:1] != ["--seed"]:  # a repeated flag is legal for argparse (the last wins)
-                assert_megatron_accepts(ns.training_script_args)
+            assert_megatron_accepts(ns.training_script_args)
 
 
 def test_generated_specs_reach_the_renderer_and_both_parsers_accept_the_launch():

@@ -570,9 +570,19 @@ def test_pass_through_arguments_are_checked_flag_by_flag():
     assert problems(["--transformer-impl", "te"]) == [
         "launch.extra_args[0]: --transformer-impl te is not allowed; use one of inference_optimized, local, transformer_engine"
     ]
-    # a value missing at the end is no choice either; a flag where the value should be is left to Megatron's parser
-    assert problems(["--transformer-impl"])[0].startswith("launch.extra_args[0]: --transformer-impl  is not allowed")
-    assert problems(["--transformer-impl", "--use-flash-attn"]) == []
+    # Arity, as Megatron-LM's argparse parser checks it when the job starts on every node: a value flag takes one
+    # value, a switch none, a list flag any number, and a value needs its flag (these passed the check before)
+    assert problems(["--seed"]) == problems(["--seed", "--manual-gc"]) == ["launch.extra_args[0]: --seed needs a value; write --seed VALUE"]
+    assert problems(["--transformer-impl"]) == ["launch.extra_args[0]: --transformer-impl needs a value; write --transformer-impl VALUE"]
+    assert problems(["--manual-gc", "x"]) == ["launch.extra_args[1]='x' is a value without a flag; put its --flag before it, or remove it"]
+    assert problems(["--seed", "1", "2"]) == ["launch.extra_args[2]='2' is a value without a flag; put its --flag before it, or remove it"]
+    assert problems(["--seed=1", "2"]) == ["launch.extra_args[1]='2' is a value without a flag; put its --flag before it, or remove it"]
+    assert problems(["--manual-gc=1"]) == ["launch.extra_args[0]: --manual-gc takes no value; write --manual-gc alone"]
+    assert problems(["--seed", "1", "--manual-gc", "--wandb-project=p", "--data-path", "1", "a", "2", "b"]) == []
+    # an unknown flag is reported once, not its values too
+    assert problems(["--zzzzzz-qqqq", "1", "2", "--seed", "3"]) == [
+        "launch.extra_args[0]=--zzzzzz-qqqq is not a Megatron-LM core_v0.16.1 argument; see pretrain_gpt.py --help of Megatron-LM core_v0.16.1"
+    ]
 
 
 def test_a_forced_implementation_is_read_in_both_spellings():
