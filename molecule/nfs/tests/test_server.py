@@ -1,6 +1,8 @@
 """NFS-Ganesha on nfs1: the service, the export, the layout, and every node's check file."""
 
-testinfra_hosts = ["podman://nfs1"]
+from conftest import names, specs
+
+testinfra_hosts = specs("nfs_server")
 
 
 def test_ganesha_serves_the_export(host):
@@ -24,6 +26,6 @@ def test_layout_is_owned_by_the_cluster_user(host):
 
 
 def test_every_node_wrote_its_check_file(host):
-    for node in ("nfs1", "nfs2", "nfs3"):
+    for node in names("all"):
         files = host.check_output(f"find /shared/cache -name '.megaprov-check-{node}-*' -size 256k -uid 2000").split()
         assert files, f"no check file from {node}"
