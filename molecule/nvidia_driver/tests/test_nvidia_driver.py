@@ -3,7 +3,9 @@
 
 import pytest
 
-testinfra_hosts = ["podman://nvs1", "podman://gpu1", "podman://cpu1"]
+from tests.molecule.inventory import scenario_hosts
+
+testinfra_hosts = list(scenario_hosts().values())  # from Molecule's inventory
 
 KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
 EXPECTED = {"nvs1": "580.105.08-1", "gpu1": "550.90.07-1"}
