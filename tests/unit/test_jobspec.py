@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from megaprov import jobspec
+from megaprov.errors import UsageError
 from megaprov.jobspec import JobSpecError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -389,3 +390,15 @@ def test_schema_names_itself():
     assert doc["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert doc["$id"] == "https://megaprov.dev/schemas/job-v1.json"
     assert doc["title"] == "megaprov training job (gpt.yml)"
+
+
+def test_load_names_the_file_in_every_problem(tmp_path):
+    path = tmp_path / "gpt.yml"
+    path.write_text(MINIMAL.replace("num_layers: 2", "num_layers: 0"))
+    with pytest.raises(JobSpecError) as info:
+        jobspec.load(path)
+    assert str(info.value) == f"{path}:3: model.num_layers=0 is out of range; use a value >= 1"
+    with pytest.raises(UsageError) as info:
+        jobspec.load(tmp_path / "nope.yml")
+    assert str(info.value) == f"job spec {tmp_path / 'nope.yml'} does not exist: check the path"
+    assert jobspec.read_text(path) == path.read_text()

@@ -666,3 +666,11 @@ def test_the_sbatch_lead_comes_from_the_clusters_write_speed():
     assert "# Stop grace: 379 s from SIGTERM to torchrun's SIGKILL (checkpoint ~0.0 GB at 0.01 MB/s, inventory), the unit's TimeoutStopSec 439 s" in (
         out.nodes[0].script.splitlines()
     )
+
+
+def test_without_an_implementation_flag_megatrons_own_default_is_the_one():
+    # Megatron-LM core_v0.16.1's default --transformer-impl is transformer_engine (TransformerConfig.transformer_impl,
+    # recorded in impl-core_v0.16.1.json): what runs when megaprov renders no choice (the lab trainer's argv, or a
+    # forced flag left without its value, which check_extra_args refuses)
+    assert render.selected_impl(spec("lab-tiny"), nodefacts.ROLE_DEFAULTS) == "transformer_engine"
+    assert render.selected_impl(_with_extra(spec("gpt-345m-1node"), ["--transformer-impl"]), nodefacts.ROLE_DEFAULTS) == "transformer_engine"
