@@ -6,7 +6,9 @@ the wheel's version when it runs; both versions are printed for the record."""
 
 import json
 
-testinfra_hosts = ["podman://nccl1"]
+from tests.molecule.inventory import scenario_hosts
+
+testinfra_hosts = list(scenario_hosts().values())  # from Molecule's inventory
 
 TESTS = "/srv/shared/opt/nccl-tests-v2.17.1"
 BINARY = f"{TESTS}/build/all_reduce_perf"
