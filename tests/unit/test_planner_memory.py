@@ -286,6 +286,12 @@ def test_tensor_parallelism_across_nodes_costs_forty_percent():
     assert planner.plan(s, Cluster(2, 4, H100)).mfu_assumed == pytest.approx(0.5 * 0.88 * 0.6 * (8192 / 8448) * (128 / 256), rel=1e-12)
 
 
+def test_context_parallelism_efficiency_at_cp_4():
+    """CP 4: 1 - 0.03 x log2(4) = 0.94; rows 8 x 1024 / 4 = 2048."""
+    s = tweak(spec("gpt-345m-1node"), "parallel", context=4)
+    assert planner.plan(s, Cluster(1, 8, H100)).mfu_assumed == pytest.approx(0.5 * 0.94 * (2048 / 2304) * (1024 / 1152), rel=1e-12)
+
+
 def test_context_parallelism_efficiency():
     """CP 2 on 8 x H100: 1 - 0.03 x log2(2); each rank's rows are half the sequence: 8 x 1024 / 2 = 4096."""
     s = tweak(spec("gpt-345m-1node"), "parallel", context=2)
