@@ -358,7 +358,7 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
         if not quiet:
             err.print(jobview.progress_text(p), markup=False)
 
-    outcome = jobs.follow_job(job, spec.model.seq_length, progress, float(args.stall_timeout))
+    outcome = jobs.follow_job(job, spec.model.seq_length, progress, float(args.stall_timeout), log_interval=spec.train.log_interval)
     if outcome.state == "detached":
         if not quiet:
             err.print(

@@ -139,6 +139,8 @@ class Restart:
     last_iteration: int  # the furthest iteration logged before the failure
     resumed_from: int  # the iteration training continued after (the checkpoint's)
     first_iteration_seen: float | None = None  # when the first iteration after the restart was read
+    first_iteration: int = 0  # the first iteration logged after the restart
+    loaded: int | None = None  # the checkpoint iteration rank 0 said it loaded, when read before that iteration
 
     @property
     def lost_iterations(self) -> int:
@@ -150,6 +152,9 @@ class JobLog:
     """Everything the follower knows about a job, folded from the node logs line by line."""
 
     seq_length: int
+    # Megatron logs every log_interval-th iteration: the first one logged after a restart is up to that many past
+    # the checkpoint it resumed from (exactly that many when checkpoints fall on logged iterations).
+    log_interval: int = 1
     iterations: dict[int, Iteration] = field(default_factory=dict)
     saves: list[int] = field(default_factory=list)
     loads: list[int] = field(default_factory=list)
@@ -174,12 +179,16 @@ class JobLog:
             self.iteration_host = self.iteration_host or host
             if it.ms_per_iteration and it.global_batch:
                 it.tokens_per_second = it.global_batch * self.seq_length / (it.ms_per_iteration / 1000.0)
+            resumed = max(0, it.iteration - self.log_interval)
             if it.iteration <= self.current:  # the run went back: a restart resumed from an earlier checkpoint
                 if not self.restarts or self.restarts[-1].first_iteration_seen is not None:
-                    self.restarts.append(Restart(self.last_seen, self.current, it.iteration - 1))
+                    self.restarts.append(Restart(self.last_seen, self.current, resumed))
             if self.restarts and self.restarts[-1].first_iteration_seen is None:
                 self.restarts[-1].first_iteration_seen = now
-                self.restarts[-1].resumed_from = it.iteration - 1
+                self.restarts[-1].first_iteration = it.iteration
+                loaded = self.restarts[-1].loaded
+                fits = loaded is not None and resumed <= loaded < it.iteration
+                self.restarts[-1].resumed_from = loaded if fits and loaded is not None else resumed
             it.attempt = len(self.restarts)
             self.iterations[it.iteration] = it
             self.furthest = max(self.furthest, it.iteration)
@@ -200,7 +209,15 @@ class JobLog:
         if (m := _SAVED.search(line)) is not None:
             self.saves.append(int(m["it"]))
         elif (m := _LOADED.search(line)) is not None:
-            self.loads.append(int(m["it"]))
+            loaded = int(m["it"])
+            self.loads.append(loaded)
+            # Rank 0 names the checkpoint it loaded; its line may be read before or after the first iteration of
+            # the restart (another node's file): it refines resumed_from where it fits that iteration.
+            last = self.restarts[-1] if self.restarts else None
+            if last is not None and last.first_iteration_seen is None:
+                last.loaded = loaded
+            elif last is not None and last.first_iteration - self.log_interval <= loaded < last.first_iteration:
+                last.resumed_from = loaded
         elif (m := _NODE.match(line.strip())) is not None:
             if m["rc"] is None:
                 self.starts.setdefault(m["host"], []).append(m["at"])

@@ -415,9 +415,9 @@ class Outcome:
     timing: dict[str, Any] = field(default_factory=dict)
 
 
-def read_log(job: Job, seq_length: int) -> follow.JobLog:
+def read_log(job: Job, seq_length: int, log_interval: int = 1) -> follow.JobLog:
     """Everything the nodes logged so far (for job status and reports)."""
-    log = follow.JobLog(seq_length)
+    log = follow.JobLog(seq_length, log_interval)
     now = time.time()
     for host in job.hosts:
         for line in follow.LogReader(job.local_dir / "logs" / f"{host}.log").lines():
@@ -432,9 +432,10 @@ def follow_job(
     stall_timeout: float,
     poll: float = 0.5,
     quiet: bool = False,
+    log_interval: int = 1,
 ) -> Outcome:
     readers = {host: follow.LogReader(job.local_dir / "logs" / f"{host}.log") for host in job.hosts}
-    log = follow.JobLog(seq_length)
+    log = follow.JobLog(seq_length, log_interval)
     last_news = time.monotonic()
     all_down_since: float | None = None
     shown = -1
@@ -560,7 +561,7 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
     if meta.state not in ("starting", "running"):
         return False
     spec, _ = launch.read(str(job.local_dir / "spec.yml"))
-    log = read_log(job, spec.model.seq_length)
+    log = read_log(job, spec.model.seq_length, spec.train.log_interval)
     states = [log.node_state(h) for h in job.hosts]
     if all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
         outcome = Outcome("finished", log)

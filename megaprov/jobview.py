@@ -240,7 +240,7 @@ def job_status(job: Job, units: dict[str, dict[str, str]]) -> tuple[dict[str, An
     jobs.settle(job, units)  # a job that ended while nobody followed it gets its verdict now
     meta = jobmeta.load(job.local_dir / "job.json", job.name).raw  # checked: the cluster user can write it
     spec, _ = launch.read(str(job.local_dir / "spec.yml"))
-    log = jobs.read_log(job, spec.model.seq_length)
+    log = jobs.read_log(job, spec.model.seq_length, spec.train.log_interval)
     last = log.iterations.get(log.furthest)
     report = job.local_dir / "report.json"
     status = {

@@ -156,6 +156,39 @@ def test_restart_at_the_last_logged_iteration_after_a_start_line():
     assert log.iterations[21].attempt == 1
 
 
+LOADED = "  successfully loaded checkpoint from /shared/c [ t 1/1, p 1/1 ] at iteration {it}"
+
+
+def test_a_restart_under_log_interval_5_resumes_from_the_checkpoint_not_the_logged_iteration_before():
+    """--log-interval 5: iterations 5, 10, .. 25 logged, the checkpoint at 20, the ranks die after 25. The first line
+    after the restart is iteration 25 again: training resumed from 20 (25 - 5), and 5 iterations were lost, not 1."""
+    log = follow.JobLog(seq_length=128, log_interval=5)
+    feed_run(log, "node2", range(5, 26, 5), 1.0)
+    feed_run(log, "node2", [25], 6.0)
+    assert [(r.last_iteration, r.resumed_from, r.lost_iterations, r.first_iteration) for r in log.restarts] == [(25, 20, 5, 25)]
+
+
+@pytest.mark.parametrize("load_first", [True, False], ids=["load-line-read-first", "load-line-read-after"])
+def test_rank_0s_load_line_gives_the_exact_checkpoint_in_either_order(load_first):
+    """--log-interval 5 with a checkpoint at 18 (not a logged iteration): the first iteration logged after the restart
+    is 20, so the interval alone says 15; rank 0's "loaded checkpoint ... at iteration 18" says 18, whether its node's
+    file is read before or after the iterations' node's. A load line that cannot be this restart's (below 20 - 5)
+    changes nothing."""
+    log = follow.JobLog(seq_length=128, log_interval=5)
+    start = "megaprov: node node2 (node rank 1): torchrun starting at 2026-11-30T01:00:00.000Z"
+    log.feed("node2", start, 0.5)
+    feed_run(log, "node2", range(5, 26, 5), 1.0)
+    log.feed("node2", start, 3.0)
+    if load_first:
+        log.feed("node1", LOADED.format(it=18), 4.0)
+    feed_run(log, "node2", [20], 6.0)
+    if not load_first:
+        log.feed("node1", LOADED.format(it=18), 7.0)
+    log.feed("node1", LOADED.format(it=10), 8.0)
+    assert [(r.last_iteration, r.resumed_from, r.lost_iterations) for r in log.restarts] == [(25, 18, 7)]
+    assert log.loads == [18, 10]
+
+
 def test_node_states_from_the_script_lines():
     log = follow.JobLog(seq_length=16)
     start = "megaprov: node {h} (node rank {r}): torchrun starting at 2026-11-30T01:00:00.000Z"
