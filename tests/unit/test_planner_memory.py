@@ -601,3 +601,15 @@ def test_speeds_equal_to_a_millionth_of_a_token_per_second_are_ranked_by_memory(
     assert len({c.tokens_per_second for c in found}) > 1
     memory = [c.memory_gib for c in found]
     assert memory == sorted(memory)
+
+
+def test_tensor_and_context_parallelism_together():
+    """TP 2 + SP and CP 2 on 8 x H100: (1 - 0.04) x (1 - 0.03); rows 8 x 1024 / 2 = 4096, cols 1024 / 2 = 512."""
+    s = tweak(spec("gpt-345m-1node"), "parallel", tensor=2, sequence_parallel=True, context=2)
+    assert planner.plan(s, Cluster(1, 8, H100)).mfu_assumed == pytest.approx(0.5 * 0.96 * 0.97 * (4096 / 4352) * (512 / 640), rel=1e-12)
+
+
+def test_a_pipeline_without_data_parallelism_counts_every_sequence_as_a_micro_batch():
+    """PP 8 on 8 GPUs: DP 1, 256 / 8 = 32 micro-batches, bubble 7/32."""
+    s = tweak(spec("gpt-345m-1node"), "parallel", pipeline=8)
+    assert planner.plan(s, Cluster(1, 8, H100)).mfu_assumed == pytest.approx(0.5 / (1 + 7 / 32) * (8192 / 8448) * (1024 / 1152), rel=1e-12)
