@@ -613,3 +613,18 @@ def test_a_pipeline_without_data_parallelism_counts_every_sequence_as_a_micro_ba
     """PP 8 on 8 GPUs: DP 1, 256 / 8 = 32 micro-batches, bubble 7/32."""
     s = tweak(spec("gpt-345m-1node"), "parallel", pipeline=8)
     assert planner.plan(s, Cluster(1, 8, H100)).mfu_assumed == pytest.approx(0.5 / (1 + 7 / 32) * (8192 / 8448) * (1024 / 1152), rel=1e-12)
+
+
+def test_pipeline_and_context_parallelism_together():
+    """PP 2 x CP 2 on 8 x H100: DP 2, 256 / (8 x 2) = 16 micro-batches, bubble 1/16; rows 8 x 1024 / 2."""
+    s = tweak(spec("gpt-345m-1node"), "parallel", pipeline=2, context=2)
+    mfu = 0.5 * 0.97 / (1 + 1 / 16) * (4096 / 4352) * (1024 / 1152)
+    assert planner.plan(s, Cluster(1, 8, H100)).mfu_assumed == pytest.approx(mfu, rel=1e-12)
+
+
+def test_the_peak_names_every_node_left_unmeasured():
+    rate = planner.NodeRate("a", 700.0, 8, "torch-cuda", "bfloat16", "t")
+    peak = planner.rank_peak(Cluster(3, 8, H100, hosts=("a", "b", "c"), rates=(rate,)), spec("llama-8b-2nodes"))
+    assert peak.text == (
+        "measured rate of a, 700.0 TFLOP/s per rank (bfloat16 GEMM, torch-cuda, t), the slowest of 1 measured node(s); not measured: b, c"
+    )
