@@ -1,6 +1,8 @@
 """CUDA 12.4 from the signed fixture repository: the pinned toolkit, its environment, nvcc on every login's PATH."""
 
-testinfra_hosts = ["podman://cuda1"]
+from tests.molecule.inventory import scenario_hosts
+
+testinfra_hosts = list(scenario_hosts().values())  # from Molecule's inventory
 
 
 def test_pinned_toolkit_only(host):

@@ -2,7 +2,9 @@
 
 import json
 
-testinfra_hosts = ["podman://ib1"]
+from tests.molecule.inventory import scenario_hosts
+
+testinfra_hosts = list(scenario_hosts().values())  # from Molecule's inventory
 
 
 def test_rdma_packages(host):
