@@ -628,3 +628,26 @@ def test_the_peak_names_every_node_left_unmeasured():
     assert peak.text == (
         "measured rate of a, 700.0 TFLOP/s per rank (bfloat16 GEMM, torch-cuda, t), the slowest of 1 measured node(s); not measured: b, c"
     )
+
+
+def test_a_tied_embedding_is_copied_to_the_last_of_two_stages():
+    """345M with RoPE (no position table), PP 2: the first stage holds 12 layers and the word embedding, the last
+    12 layers, the embedding's copy for the output layer and the final LayerNorm (2h): the last is the larger."""
+    s = tweak(tweak(spec("gpt-345m-1node"), "model", position_embedding="rope"), "parallel", pipeline=2)
+    h = 1024
+    assert planner.memory(s, Layout.of(s), Cluster(1, 8, H100)).parameters == 12 * (12 * h * h + 13 * h) + 50304 * h + 2 * h
+
+
+def test_one_micro_batch_in_flight_and_one_virtual_stage():
+    """345M PP 2 (12 layers a stage), micro 8: a global batch of 32 is one micro-batch over DP 4, so one is in flight;
+    one virtual stage is the plain 1F1B schedule (no interleaving factor)."""
+    s = tweak(tweak(spec("gpt-345m-1node"), "parallel", pipeline=2), "train", global_batch_size=32)
+    assert planner.memory(s, Layout.of(s), Cluster(1, 8, H100)).activations == 34 * 1024 * 8 * 1024 * 12 * 1
+    s = tweak(spec("gpt-345m-1node"), "parallel", pipeline=2, virtual_stages=1)
+    assert planner.memory(s, Layout.of(s), Cluster(1, 8, H100)).activations == 34 * 1024 * 8 * 1024 * 12 * 2
+
+
+def test_swiglu_with_biases_counts_both_halves_of_the_first_bias():
+    """Llama-3-8B with bias_linear: per layer QKV bias 4096 + 2 x 1024, projection 4096, SwiGLU fc1 2 x 14336, fc2 4096."""
+    s = tweak(spec("llama-8b-2nodes"), "model", bias_linear=True)
+    assert planner.parameter_count(s, tp=2)["total"] == 8_030_261_248 + 32 * (6144 + 4096 + 2 * 14336 + 4096)
