@@ -90,13 +90,6 @@ def test_secrets_are_never_logged():
         assert task.get("no_log") is True, task["name"]
 
 
-def test_strict_host_key_checking_is_never_disabled():
-    for path in list(ROOT.glob("roles/**/*")) + list(ROOT.glob("playbooks/**/*")) + [ROOT / "ansible.cfg"] + list(ROOT.glob("megaprov/**/*.py")):
-        if path.is_file() and path.suffix != ".md":
-            text = path.read_text(errors="replace")
-            assert "StrictHostKeyChecking=no" not in text and "host_key_checking = False" not in text, path
-
-
 def _tags(node):
     if isinstance(node, dict):
         tags = node.get("tags", [])
