@@ -1,17 +1,16 @@
 """The base state common leaves on a node, read from the nodes themselves."""
 
-import os
-
 import pytest
 import testinfra
 
-NODES = ["base1", "base2"]
+from tests.molecule.inventory import scenario_hosts
+
+NODES = scenario_hosts()  # {name: testinfra URL}, from Molecule's inventory
 
 
 @pytest.fixture(scope="module")
 def hosts():
-    os.environ.setdefault("CONTAINERS_CONF", os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "megaprov", "lab_files", "containers.conf"))
-    return {name: testinfra.get_host(f"podman://{name}") for name in NODES}
+    return {name: testinfra.get_host(url) for name, url in NODES.items()}
 
 
 def address(host):
