@@ -4,7 +4,9 @@ import json
 import shlex
 from pathlib import Path
 
-testinfra_hosts = ["podman://py1"]
+from tests.molecule.inventory import scenario_hosts
+
+testinfra_hosts = list(scenario_hosts().values())  # from Molecule's inventory
 PY = "/opt/megaprov/venv/bin/python"
 
 
