@@ -2,14 +2,13 @@
 the loaded and installed driver, the GPUs on the PCI bus, and the action the role takes next, on fake trees; main()
 end to end with fake dpkg-query, nvidia-smi and mokutil on PATH."""
 
-import json
 import stat
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from tests.conftest import load_module
+from tests.helpers import modules
 
 ROOT = Path(__file__).resolve().parents[2]
 state = load_module(ROOT / "roles" / "nvidia_driver" / "library" / "megaprov_gpu_state.py", "megaprov_gpu_state")
@@ -165,10 +164,9 @@ def tool(directory: Path, name: str, script: str) -> Path:
 
 
 def run_module(args: dict, capsys) -> dict:
-    with patch_module_args(args), pytest.raises(SystemExit) as stop:
-        state.main()
-    assert stop.value.code == 0
-    return json.loads(capsys.readouterr().out)
+    code, result = modules.run_module(state.main, args, capsys)
+    assert code == 0
+    return result
 
 
 def h100_node(root: Path) -> None:

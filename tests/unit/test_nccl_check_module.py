@@ -20,9 +20,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from tests.conftest import load_module
+from tests.helpers import modules
 
 ROOT = Path(__file__).resolve().parents[2]
 nccl = load_module(ROOT / "roles" / "nccl" / "library" / "megaprov_nccl_check.py", "megaprov_nccl_check")
@@ -236,10 +236,7 @@ def fake_binary(tmp_path: Path, out: str, info: list[str], err: str = "") -> Pat
 
 
 def run_module(args: dict, capsys) -> tuple[int, dict]:
-    """main() as Ansible runs it: the arguments as module JSON, the result as JSON on stdout and the exit status."""
-    with patch_module_args(args), pytest.raises(SystemExit) as stop:
-        nccl.main()
-    return stop.value.code, json.loads(capsys.readouterr().out)
+    return modules.run_module(nccl.main, args, capsys)
 
 
 GOOD_ROWS = [row(1 << 20, (55.12, 19.02, 33.29, 0), (54.8, 19.13, 33.48, 0)), row(1 << 33, (35000.0, 245.4, 429.5, 0), (35500.0, 242.0, 423.5, 0))]

@@ -1,15 +1,14 @@
 """The infiniband role's detection on fake sysfs trees: which ports NCCL gets (exact list, compute fabric only),
 RoCE GIDs, GPUDirect RDMA (nvidia-peermem only with MLNX/DOCA OFED, DMA-BUF elsewhere), and ib_write_bw's argv."""
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
 from tests.conftest import load_module
+from tests.helpers import modules
 
 ROOT = Path(__file__).resolve().parents[2]
 rdma = load_module(ROOT / "roles" / "infiniband" / "library" / "megaprov_rdma_facts.py", "megaprov_rdma_facts")
@@ -431,9 +430,7 @@ def test_overrides_win_and_an_error_keeps_only_the_sockets(tmp_path):
 
 # main() as Ansible runs it, on a fake tree (every path is an option of the module).
 def run_module(args: dict, capsys) -> tuple[int, dict]:
-    with patch_module_args(args), pytest.raises(SystemExit) as stop:
-        rdma.main()
-    return stop.value.code, json.loads(capsys.readouterr().out)
+    return modules.run_module(rdma.main, args, capsys)
 
 
 def tree_args(root: Path, **extra) -> dict:

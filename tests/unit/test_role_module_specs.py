@@ -4,15 +4,14 @@ every documented option with its type, default, choices and required flag, and c
 Each module's main() is run as Ansible runs it (module JSON in, JSON and exit status out) with PATH emptied, so
 nothing is executed; the options as the module parsed them come back in `invocation.module_args`."""
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
 from tests.conftest import ROOT, load_module
+from tests.helpers import modules
 
 MODULES = {
     "nccl_check": "roles/nccl/library/megaprov_nccl_check.py",
@@ -43,9 +42,7 @@ def documentation(short: str) -> dict:
 def run(short: str, args: dict, tmp_path: Path, monkeypatch, capsys) -> tuple[int, dict]:
     module = load_module(ROOT / MODULES[short], f"spec_{short}")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no ssh, nvidia-smi, dpkg-query, nfs-cp, timeout: nothing runs
-    with patch_module_args(args), pytest.raises(SystemExit) as stop:
-        module.main()
-    return stop.value.code, json.loads(capsys.readouterr().out)
+    return modules.run_module(module.main, args, capsys)
 
 
 def required_args(options: dict) -> dict:

@@ -3,14 +3,13 @@ megaprov_shared_check.py), run through main() as Ansible runs it: on a directory
 through fake libnfs tools (nfs-cp, nfs-cat) that keep the share in a directory (access: libnfs)."""
 
 import hashlib
-import json
 import stat
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from tests.conftest import load_module
+from tests.helpers import modules
 
 ROOT = Path(__file__).resolve().parents[2]
 shared = load_module(ROOT / "roles" / "nfs_client" / "library" / "megaprov_shared_check.py", "megaprov_shared_check")
@@ -19,9 +18,7 @@ DIGEST = hashlib.sha256(b"node2's data").hexdigest()
 
 
 def run_module(args: dict, capsys) -> tuple[int, dict]:
-    with patch_module_args(args), pytest.raises(SystemExit) as stop:
-        shared.main()
-    return stop.value.code, json.loads(capsys.readouterr().out)
+    return modules.run_module(shared.main, args, capsys)
 
 
 @pytest.fixture

@@ -1,14 +1,13 @@
 """The ssh_mesh role's check module (roles/ssh_mesh/library/megaprov_ssh_check.py): the ssh command it runs, how
 one pair is judged, which hosts are tried, and main() end to end against a fake ssh on PATH."""
 
-import json
 import stat
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from tests.conftest import ROOT, load_module
+from tests.helpers import modules
 
 check = load_module(ROOT / "roles/ssh_mesh/library/megaprov_ssh_check.py", "megaprov_ssh_check")
 
@@ -130,10 +129,9 @@ def fake_ssh(tmp_path, monkeypatch) -> Path:
 
 
 def run_module(args: dict, capsys) -> dict:
-    with patch_module_args(args), pytest.raises(SystemExit) as stop:
-        check.main()
-    assert stop.value.code == 0
-    return json.loads(capsys.readouterr().out)
+    code, result = modules.run_module(check.main, args, capsys)
+    assert code == 0
+    return result
 
 
 def test_module_tries_every_reachable_peer_and_reports_each_pair(fake_ssh, capsys):
