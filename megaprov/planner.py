@@ -472,11 +472,17 @@ _OWNED_FLAGS = {
 # ---------------------------------------------------------------------------------------------------- counts
 
 
+def _norm_parameters(spec: JobSpec) -> int:
+    """One norm's parameters: RMSNorm a weight, LayerNorm a weight and a bias."""
+    h = spec.model.hidden_size
+    return h if spec.model.normalization == "RMSNorm" else 2 * h
+
+
 def _layer_parameters(spec: JobSpec) -> int:
     m = spec.model
     h, kv_ch = m.hidden_size, m.hidden_size // m.num_attention_heads
     q, kv = kv_ch * m.num_attention_heads, kv_ch * m.query_groups
-    norm = h if m.normalization == "RMSNorm" else 2 * h
+    norm = _norm_parameters(spec)
     gate = 2 if m.activation == "swiglu" else 1
     bias = 1 if m.bias_linear else 0
     attention = h * (q + 2 * kv) + bias * (q + 2 * kv) + q * h + bias * h
@@ -490,8 +496,7 @@ def _layer_parameters_per_rank(spec: JobSpec, tp: int) -> float:
     biases (attention projection, second MLP GEMM) are replicated on every rank."""
     m = spec.model
     h = m.hidden_size
-    norm = h if m.normalization == "RMSNorm" else 2 * h
-    replicated = 2 * norm + (2 * h if m.bias_linear else 0)
+    replicated = 2 * _norm_parameters(spec) + (2 * h if m.bias_linear else 0)
     return replicated + (_layer_parameters(spec) - replicated) / tp
 
 
@@ -502,7 +507,7 @@ def parameter_count(spec: JobSpec, tp: int = 1) -> dict[str, int]:
     h = m.hidden_size
     embedding = vocab * h + (m.max_positions * h if m.position_embedding == "learned_absolute" else 0)
     layers = m.num_layers * _layer_parameters(spec)
-    final_norm = h if m.normalization == "RMSNorm" else 2 * h
+    final_norm = _norm_parameters(spec)
     output = vocab * h if m.untie_embeddings else 0
     return {"embedding": embedding, "transformer": layers + final_norm, "output": output, "total": embedding + layers + final_norm + output}
 
@@ -560,7 +565,7 @@ def memory(spec: JobSpec, layout: Layout, cluster: Cluster) -> Memory:
     layer_params = _layer_parameters_per_rank(spec, tp)
     embedding = vocab * h / tp + (m.max_positions * h if m.position_embedding == "learned_absolute" else 0)
     output = vocab * h / tp if (m.untie_embeddings or pp > 1) else 0.0  # a tied embedding is copied to the last stage
-    final_norm = h if m.normalization == "RMSNorm" else 2 * h  # on the last stage, replicated over tensor ranks
+    final_norm = _norm_parameters(spec)  # on the last stage, replicated over tensor ranks
     first = layers_per_stage * layer_params + embedding + (output + final_norm if pp == 1 else 0.0)
     last = layers_per_stage * layer_params + output + final_norm + (embedding if pp == 1 else 0.0)
     stage_params = max(first, last)
