@@ -15,4 +15,4 @@ def run_module(main: Callable[[], Any], args: dict, capsys: pytest.CaptureFixtur
     with patch_module_args(args), pytest.raises(SystemExit) as stop:
         main()
     code = stop.value.code
-    return int(code) if isinstance(code, int) else 1, json.loads(capsys.readouterr().out)
+    return (0 if code is None else code if isinstance(code, int) else 1), json.loads(capsys.readouterr().out)
