@@ -68,7 +68,7 @@ def main() -> int:
     megaprov("lab", "down", "--name", LAB)
     if args.cold:
         podman("rmi", "-f", "localhost/megaprov-node:latest")
-        from megaprov.lab import BASE_IMAGE, image_tag
+        from megaprov.cluster.lab import BASE_IMAGE, image_tag
 
         podman("rmi", "-f", image_tag())
         podman("rmi", "-f", BASE_IMAGE)

@@ -39,13 +39,13 @@ EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents"
 
 # The pure core and the roles' Python modules (what the issue names); short name -> path in the checkout.
 MODULES = {
-    "planner": "megaprov/planner.py",
-    "verdict": "megaprov/verdict.py",
-    "follow": "megaprov/follow.py",
-    "render": "megaprov/render.py",
-    "inventory": "megaprov/inventory.py",
-    "jobspec": "megaprov/jobspec.py",
-    "data": "megaprov/data.py",
+    "planner": "megaprov/training/planner.py",
+    "verdict": "megaprov/training/verdict.py",
+    "follow": "megaprov/training/follow.py",
+    "render": "megaprov/training/render.py",
+    "inventory": "megaprov/cluster/inventory.py",
+    "jobspec": "megaprov/training/jobspec.py",
+    "data": "megaprov/training/data.py",
     "nccl_check": "roles/nccl/library/megaprov_nccl_check.py",
     "gpu_state": "roles/nvidia_driver/library/megaprov_gpu_state.py",
     "rdma_facts": "roles/infiniband/library/megaprov_rdma_facts.py",
@@ -120,7 +120,7 @@ def changed_lines(diff: str) -> tuple[str, str]:
 
 
 def function_of(name: str) -> str:
-    """megaprov.verdict.x_mann_kendall__mutmut_5 -> mann_kendall; a method xǁClassǁname -> Class.name."""
+    """megaprov.training.verdict.x_mann_kendall__mutmut_5 -> mann_kendall; a method xǁClassǁname -> Class.name."""
     leaf = name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
     leaf = leaf[2:] if leaf.startswith("x_") else leaf.removeprefix("x")
     return leaf.strip("ǁ").replace("ǁ", ".")

@@ -2,7 +2,7 @@
 
 Both run here under torchrun with one process, on lab-tiny's model (examples/jobs/lab-tiny.yml), alternating
 A/B/A/B so that the noise of this machine hits both alike:
-- the lab trainer (megaprov/trainer.py) on data from `megaprov data prepare`: its own ms per iteration, as it logs;
+- the lab trainer (megaprov/training/trainer.py) on data from `megaprov data prepare`: its own ms per iteration, as it logs;
 - a bare loop: the same GPTModel (trainer.build_model), torch AdamW, random tokens of the same shape, timed
   forward + backward + step with nothing else (no DDP, dataset, scheduler, grad norm, logging).
 The figure is the ratio of medians over the steady iterations (the first 5 of each run left out).
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from megaprov import data, follow, launch, render, trainer  # noqa: E402
+from megaprov.training import data, follow, launch, render, trainer  # noqa: E402
 
 
 def bare(argv: list[str]) -> None:

@@ -15,9 +15,9 @@ from typing import Any, NoReturn
 import yaml
 
 from megaprov import __version__
+from megaprov.cluster.runner import STRATEGIES
 from megaprov.errors import ExitCode, MegaprovError, UsageError
 from megaprov.output import console, envelope, print_json
-from megaprov.runner import STRATEGIES
 
 PROG = "megaprov"
 
@@ -236,7 +236,7 @@ def _job_parsers(sub: Any) -> None:
 
 
 def _spec_and_cluster(args: argparse.Namespace, path: str) -> tuple[Any, Any, list[tuple[str, str]]]:
-    from megaprov import launch
+    from megaprov.training import launch
 
     spec, text = launch.read(path)
     found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu))
@@ -245,7 +245,7 @@ def _spec_and_cluster(args: argparse.Namespace, path: str) -> tuple[Any, Any, li
 
 
 def _cmd_job(args: argparse.Namespace) -> Outcome:
-    from megaprov import jobspec, launch
+    from megaprov.training import jobspec, launch
 
     if args.job_command == "schema":
         print(json.dumps(jobspec.schema(), indent=2))
@@ -270,7 +270,7 @@ def _cmd_job(args: argparse.Namespace) -> Outcome:
 def _cmd_plan(args: argparse.Namespace) -> Outcome:
     import time
 
-    from megaprov import jobview, planner
+    from megaprov.training import jobview, planner
 
     spec, found, _ = _spec_and_cluster(args, args.job)
     mfu = args.mfu or planner.default_mfu(found)
@@ -298,8 +298,8 @@ def _cmd_plan(args: argparse.Namespace) -> Outcome:
 def _cmd_train(args: argparse.Namespace) -> Outcome:
     import time
 
-    from megaprov import jobs, jobview, launch, planner, render
-    from megaprov.jobspec import NAME_PATTERN
+    from megaprov.training import jobs, jobview, launch, planner, render
+    from megaprov.training.jobspec import NAME_PATTERN
 
     since = time.time()
     if args.resume:
@@ -378,8 +378,8 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
 
 
 def _cmd_jobs(args: argparse.Namespace) -> Outcome:
-    from megaprov import jobs
     from megaprov import values as typed
+    from megaprov.training import jobs
 
     rows = jobs.listing(args.inventory)
     # a job that ended while nobody followed it (--detach) gets its verdict whenever its state is read
@@ -400,7 +400,7 @@ def _cmd_jobs(args: argparse.Namespace) -> Outcome:
 
 
 def _cmd_job_running(args: argparse.Namespace) -> Outcome:
-    from megaprov import jobs, jobview
+    from megaprov.training import jobs, jobview
 
     job = jobs.find(args.name, args.inventory)
     quiet = args.output == "json"
@@ -431,8 +431,8 @@ def _cmd_job_running(args: argparse.Namespace) -> Outcome:
 
 def _shared_prefix(inventory: str, prefix: str) -> str:
     """A relative --output-prefix lands in the cluster's shared directory, where this machine sees it."""
-    from megaprov import jobs
     from megaprov import values as typed
+    from megaprov.training import jobs
 
     if prefix.startswith("/"):
         raise UsageError(f"--output-prefix {prefix} is absolute but -i puts it under the shared directory", "give a relative prefix, e.g. data/lab")
@@ -458,7 +458,7 @@ def _shared_prefix(inventory: str, prefix: str) -> str:
 
 
 def _cmd_data(args: argparse.Namespace) -> Outcome:
-    from megaprov import data, jobview
+    from megaprov.training import data, jobview
 
     if args.data_command not in ("prepare", "corpus"):
         raise UsageError("megaprov data: missing ACTION", "use `megaprov data prepare` or `megaprov data corpus`")
@@ -507,7 +507,7 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
         raise UsageError("megaprov lab: missing ACTION", "use `megaprov lab up`, `lab status`, `lab stop|start NODE` or `lab down`")
     import time
 
-    from megaprov import lab
+    from megaprov.cluster import lab
     from megaprov.paths import project_root
 
     root = project_root()
@@ -553,7 +553,7 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
 
 
 def _request(args: argparse.Namespace, **flags: Any) -> Any:
-    from megaprov import provision, runner
+    from megaprov.cluster import provision, runner
 
     if args.strategy not in STRATEGIES:  # argparse does not check a default taken from the environment
         raise UsageError(f"MEGAPROV_STRATEGY={args.strategy!r} is not a strategy", "use " + ", ".join(STRATEGIES))
@@ -570,7 +570,7 @@ def _request(args: argparse.Namespace, **flags: Any) -> Any:
 
 
 def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
-    from megaprov import provision
+    from megaprov.cluster import provision
 
     request = _request(
         args,
@@ -586,7 +586,7 @@ def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
 
 
 def _cmd_preflight(args: argparse.Namespace) -> Outcome:
-    from megaprov import provision
+    from megaprov.cluster import provision
 
     report = provision.preflight(_request(args))
     if args.output == "text":

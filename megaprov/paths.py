@@ -11,7 +11,7 @@ from pathlib import Path
 from megaprov.errors import EnvironmentProblem
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-LAB_FILES = PACKAGE_DIR / "lab_files"
+LAB_FILES = PACKAGE_DIR / "cluster" / "lab_files"
 
 
 def project_root() -> Path:

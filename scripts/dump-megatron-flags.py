@@ -1,6 +1,6 @@
 """Record every pretrain_gpt.py flag of a Megatron-LM checkout, from that version's own argument parser.
 
-    PYTHONPATH=/path/to/Megatron-LM python scripts/dump-megatron-flags.py core_v0.16.1 > megaprov/megatron/flags-core_v0.16.1.json
+    PYTHONPATH=/path/to/Megatron-LM python scripts/dump-megatron-flags.py core_v0.16.1 > megaprov/training/megatron/flags-core_v0.16.1.json
 
 Needs torch and Megatron-LM's import-time dependencies (six, regex, pyyaml, pydantic). The output is what
 megaprov's renderer is tested against and what pass-through arguments (launch.extra_args) are checked with.

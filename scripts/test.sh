@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MEGAPROV_EXTRAS=test ./scripts/setup.sh
-export CONTAINERS_CONF="$PWD/megaprov/lab_files/containers.conf"
+export CONTAINERS_CONF="$PWD/megaprov/cluster/lab_files/containers.conf"
 export PATH="$PWD/.venv/bin:$PATH"
 # megaprov supports Python 3.11 and 3.12 controllers: where a 3.12 interpreter exists, the unit and CLI
 # tests run on it too (the main run below uses the setup's interpreter).

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import runner
 from megaprov.cli import main
+from megaprov.cluster import runner
 from megaprov.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[2]

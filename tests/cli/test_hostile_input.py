@@ -116,7 +116,7 @@ def test_a_hostile_job_json_is_refused_before_ansible(capsys, tmp_path, change, 
 
 
 def test_the_unit_is_never_read_from_job_json(tmp_path):
-    from megaprov import jobs
+    from megaprov.training import jobs
 
     inv = shared_job(tmp_path, {**GOOD_META, "unit": TOUCH})
     assert jobs.find("evil", str(inv)).unit == "megaprov-job-evil.service"

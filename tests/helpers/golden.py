@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from megaprov import jobspec, nodefacts, render
-from megaprov.planner import GPUS
+from megaprov.training import jobspec, nodefacts, render
+from megaprov.training.planner import GPUS
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"

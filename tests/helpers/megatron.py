@@ -1,5 +1,5 @@
 """Checks of rendered argv against the parsers that will read it: Megatron-LM core_v0.16.1's flag table (recorded in
-megaprov/megatron/flags-core_v0.16.1.json by scripts/dump-megatron-flags.py from that version's own argparse parser)
+megaprov/training/megatron/flags-core_v0.16.1.json by scripts/dump-megatron-flags.py from that version's own argparse parser)
 and torch's ``torch.distributed.run`` parser (the torchrun part of a node's command)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from argparse import ArgumentParser, Namespace
 from functools import cache
 from typing import Any
 
-from megaprov import render
+from megaprov.training import render
 
 FLAGS: dict[str, dict[str, Any]] = render.megatron_flags()
 

@@ -164,7 +164,7 @@ def test_an_unreachable_host_stops_before_any_change(lab3, tmp_path):
 def test_lab_down_removes_exactly_what_up_made(lab3):
     code, doc, _ = megaprov("lab", "down", "--name", LAB, "--output", "json")
     assert code == 0
-    from megaprov.lab import LAB_SHARES
+    from megaprov.cluster.lab import LAB_SHARES
 
     share = LAB_SHARES / LAB  # the training share's directory (the nodes see it through the root-squashing FUSE mount)
     expected = set(containers(lab3)) | {f"megaprov-{LAB}", f"megaprov-lab-{LAB}-shared", str(Path(lab3["inventory"]).parent), str(share)}

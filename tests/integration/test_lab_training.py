@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import ROOT, megaprov, podman_exec
 
-from megaprov import jobs
+from megaprov.training import jobs
 
 pytestmark = pytest.mark.lab
 

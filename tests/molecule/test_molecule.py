@@ -33,7 +33,7 @@ def test_molecule_scenario(scenario, tmp_path):
     the idempotence step's playbook run. Neither needs a line in the scenario: they work for every scenario."""
     from molecule.constants import DEFAULT_CONFIG  # `molecule test`'s sequence where a scenario names none
 
-    from megaprov import wheelhouse
+    from megaprov.cluster import wheelhouse
     from tests.fixtures import build as fixtures
 
     config = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text())

@@ -108,7 +108,7 @@ def test_host_key_checking_is_never_turned_off():
     """No shipped file turns StrictHostKeyChecking or Ansible's host key checking off, in any spelling."""
     scanned = list(_shipped_files())
     # the files that set the policy are among those scanned (a wrong root would make this test pass on nothing)
-    assert {ROOT / "roles/ssh_mesh/templates/ssh_config.conf.j2", ROOT / "megaprov/lab.py", ROOT / "ansible.cfg"} <= set(scanned)
+    assert {ROOT / "roles/ssh_mesh/templates/ssh_config.conf.j2", ROOT / "megaprov/cluster/lab.py", ROOT / "ansible.cfg"} <= set(scanned)
     found = []
     for path in scanned:
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):

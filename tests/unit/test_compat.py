@@ -1,12 +1,12 @@
-"""The driver x CUDA x torch x GPU table (megaprov/compat.yml) and its rules; the roles apply the same table."""
+"""The driver x CUDA x torch x GPU table (megaprov/cluster/compat.yml) and its rules; the roles apply the same table."""
 
 from pathlib import Path
 
 import pytest
 import yaml
 
-from megaprov import compat
-from megaprov.compat import Stack
+from megaprov.cluster import compat
+from megaprov.cluster.compat import Stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -199,7 +199,7 @@ def test_the_defaults_fit_together():
         ),
         (
             Stack("580", "13.0", torch="2.15.0"),
-            "pytorch_version=2.15.0 is a torch release megaprov has no CUDA build table for (megaprov/compat.yml): set pytorch_cuda_tag "
+            "pytorch_version=2.15.0 is a torch release megaprov has no CUDA build table for (megaprov/cluster/compat.yml): set pytorch_cuda_tag "
             "(e.g. cu130) yourself, or use torch 2.6-2.14",
         ),
         (
@@ -286,7 +286,7 @@ def test_the_gpu_check_takes_cuda_from_the_toolkit_not_from_nvidia_smi(tmp_path)
     assert settings["nccl_tests_dir"] == str(work / "shared/opt/nccl-tests") and (work / "shared/megaprov/baselines").is_dir()
     assert settings["megaprov_shared_dir"] == str(work / "shared")
     summary = proc.stdout.split("== summary", 1)[1]
-    assert "driver: 575.57.08 (branch 575; runs CUDA <= 12.9 by nvidia-smi, <= 12.9 by megaprov/compat.yml)" in summary
+    assert "driver: 575.57.08 (branch 575; runs CUDA <= 12.9 by nvidia-smi, <= 12.9 by megaprov/cluster/compat.yml)" in summary
     assert "CUDA: toolkit 12.8; megaprov uses cuda_method=preinstalled cuda_version=12.8, torch build cu126" in summary
     assert "torch: " in summary and "nccl-tests: " in summary and "train (pretrain_gpt.py): " in summary
     assert proc.returncode == 1  # no torch environment on this machine: the torch step fails, and the script says so

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from megaprov import data
-from megaprov.data import DataError, TokenizerSpec
+from megaprov.training import data
+from megaprov.training.data import DataError, TokenizerSpec
 
 pytest.importorskip("megatron.core", reason="megatron-core (and torch) are not installed in this environment")
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")

@@ -9,8 +9,8 @@ import string
 import numpy as np
 import pytest
 
-from megaprov import data
-from megaprov.data import Batch, DataError, TokenizerSpec
+from megaprov.training import data
+from megaprov.training.data import Batch, DataError, TokenizerSpec
 
 
 @pytest.fixture

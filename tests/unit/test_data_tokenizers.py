@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from megaprov import data
-from megaprov.data import DataError, TokenizerSpec
 from megaprov.errors import EnvironmentProblem
+from megaprov.training import data
+from megaprov.training.data import DataError, TokenizerSpec
 
 tokenizers = pytest.importorskip("tokenizers")
 

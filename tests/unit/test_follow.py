@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from megaprov import follow, trainer
+from megaprov.training import follow, trainer
 
 
 def megatron_v04_line(it, total, consumed, ms, lr, batch, loss, grad, skipped, nan):

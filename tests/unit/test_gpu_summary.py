@@ -1,6 +1,6 @@
-"""The bootstrap report's line for the driver state the nvidia_driver role read (megaprov.provision.gpu_summary)."""
+"""The bootstrap report's line for the driver state the nvidia_driver role read (megaprov.cluster.provision.gpu_summary)."""
 
-from megaprov.provision import gpu_summary
+from megaprov.cluster.provision import gpu_summary
 
 
 def test_bootstrap_report_line_per_driver_state():

@@ -14,9 +14,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from megaprov import inventory as inv
-from megaprov import jobs, jobspec, planner, render
+from megaprov.cluster import inventory as inv
 from megaprov.errors import UsageError
+from megaprov.training import jobs, jobspec, planner, render
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = yaml.safe_load((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())

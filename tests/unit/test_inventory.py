@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import inventory as inv
+from megaprov.cluster import inventory as inv
 from megaprov.errors import InventoryError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,7 +172,7 @@ def test_storage_settings_are_checked_before_connecting(tmp_path, extra, message
             "nvidia_driver_branch=535 (host gpu01) is too old for cuda_version=12.4, which needs driver branch >= 550",
         ),
         ("cuda_version: '12.7'\n", "cuda_version=12.7 (host gpu01) is not a CUDA toolkit release"),
-        # The old defaults (driver 550, CUDA 12.4) with torch 2.13: cu124 ends at torch 2.6 (megaprov/compat.yml).
+        # The old defaults (driver 550, CUDA 12.4) with torch 2.13: cu124 ends at torch 2.6 (megaprov/cluster/compat.yml).
         (
             "nvidia_driver_branch: '550'\ncuda_version: '12.4'\n",
             "pytorch_version=2.13.0 (host gpu01) has no CUDA 12 build for cuda_version=12.4 (torch 2.13 is built for CUDA 12.6, 13.0, 13.2",

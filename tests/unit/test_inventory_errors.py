@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import inventory as inv
 from megaprov import values
+from megaprov.cluster import inventory as inv
 from megaprov.errors import InventoryError
 
 ROOT = Path(__file__).resolve().parents[2]

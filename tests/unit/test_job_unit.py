@@ -6,7 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from megaprov import jobs, jobspec
+from megaprov.training import jobs, jobspec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,7 +84,7 @@ def test_a_running_node_script_gets_sigterm_and_is_waited_for(tmp_path):
 
 def test_the_units_stop_timeout_is_the_jobs_grace_not_a_fixed_one():
     """Issue 13 item 17: TimeoutStopSec comes from the render's stop grace (checkpoint bytes / write speed)."""
-    from megaprov import render
+    from megaprov.training import render
 
     spec = jobspec.parse((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())
     assert _unit(_job())["TimeoutStopSec"] == [str(render.stop_grace(spec).unit_s)]
@@ -97,8 +97,8 @@ def test_the_units_stop_timeout_is_the_jobs_grace_not_a_fixed_one():
 def test_the_node_log_is_written_by_the_job_user_not_by_systemd():
     """On a root-squashed share systemd cannot open an append: log (it opens it as root, before User= applies): the
     unit logs to the journal and the node script, running as the job user, appends to its log itself, first thing."""
-    from megaprov import render
-    from megaprov.planner import Cluster
+    from megaprov.training import render
+    from megaprov.training.planner import Cluster
 
     unit = _unit(_job())
     assert unit["StandardOutput"] == ["journal"] and not any(v.startswith(("append:", "file:")) for v in unit["StandardError"])

@@ -1,8 +1,8 @@
-"""Reading a job's node logs (megaprov.jobs.read_log): every node's file, folded with the job's log interval."""
+"""Reading a job's node logs (megaprov.training.jobs.read_log): every node's file, folded with the job's log interval."""
 
 from pathlib import Path
 
-from megaprov import jobs, trainer
+from megaprov.training import jobs, trainer
 
 
 def test_read_log_folds_every_nodes_file_with_the_jobs_log_interval(tmp_path):

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from megaprov import jobspec
 from megaprov.errors import UsageError
-from megaprov.jobspec import JobSpecError
+from megaprov.training import jobspec
+from megaprov.training.jobspec import JobSpecError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "jobs").glob("*.yml"))

@@ -16,10 +16,10 @@ import yaml
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
 
-from megaprov import jobspec, launch, nodefacts, planner, render
 from megaprov.cli import main
 from megaprov.errors import ExitCode
-from megaprov.jobspec import JobSpecError
+from megaprov.training import jobspec, launch, nodefacts, planner, render
+from megaprov.training.jobspec import JobSpecError
 from tests.helpers.megatron import assert_megatron_accepts, parse_torchrun
 
 SHARED = "/shared"

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import lab
+from megaprov.cluster import lab
 from megaprov.errors import UsageError
 
 
@@ -18,7 +18,7 @@ def test_inventory_puts_the_first_node_in_head_and_all_in_gpu_nodes():
 
 
 def test_the_lab_inventory_passes_validation(tmp_path):
-    from megaprov import inventory as inv
+    from megaprov.cluster import inventory as inv
 
     members = [lab.Node(f"node{i}", f"c{i}", f"10.89.0.{i + 1}", "running") for i in range(1, 4)]
     text, group_vars = lab.render_inventory("t", members, tmp_path / "k", tmp_path / "kh", str(tmp_path / "shared"))

@@ -1,4 +1,4 @@
-"""From a job spec and an inventory to the cluster a job runs on (megaprov.launch.cluster): the GPUs per node, and so
+"""From a job spec and an inventory to the cluster a job runs on (megaprov.training.launch.cluster): the GPUs per node, and so
 torchrun's --nproc-per-node and the world size, are the inventory's (or the --gpus-per-node flag's), never the spec's
 launch.gpus_per_node, which only stands in where nothing says what the nodes have."""
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import jobspec, launch, planner, render
 from megaprov.errors import UsageError
+from megaprov.training import jobspec, launch, planner, render
 from tests.helpers.megatron import assert_megatron_accepts, parse_torchrun
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """The Megatron-LM implementation and fused paths a rendered argv selects fit what the nodes have (issue 13 item 1).
 
 CI cannot reach Megatron-LM: what an argv selects and what each choice needs were read from core_v0.16.1's code
-and recorded in megaprov/megatron/impl-core_v0.16.1.json (each entry names its source file); the flags are checked
+and recorded in megaprov/training/megatron/impl-core_v0.16.1.json (each entry names its source file); the flags are checked
 against the flag table dumped from the same tag. tests/unit/test_megatron_upstream.py runs Megatron-LM's own
 parse_args/validate_args/model build on the same argv where a checkout is at hand.
 """
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import jobspec, launch, nodefacts, render
-from megaprov.jobspec import JobSpecError
 from megaprov.paths import fact_cache_dir
-from megaprov.planner import GPUS
+from megaprov.training import jobspec, launch, nodefacts, render
+from megaprov.training.jobspec import JobSpecError
+from megaprov.training.planner import GPUS
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
@@ -202,7 +202,9 @@ def test_the_cluster_carries_the_facts_the_python_stage_left(tmp_path, monkeypat
 
 def test_the_role_check_renders_by_the_same_rules():
     """roles/megatron/files holds a byte-identical copy of the rules its build check applies."""
-    assert (ROOT / "roles/megatron/files/impl-core_v0.16.1.json").read_bytes() == (ROOT / "megaprov/megatron/impl-core_v0.16.1.json").read_bytes()
+    assert (ROOT / "roles/megatron/files/impl-core_v0.16.1.json").read_bytes() == (
+        ROOT / "megaprov/training/megatron/impl-core_v0.16.1.json"
+    ).read_bytes()
 
 
 def _check_script():

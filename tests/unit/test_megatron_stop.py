@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import jobs, jobspec, nodefacts, render
-from megaprov.planner import GPUS
+from megaprov.training import jobs, jobspec, nodefacts, render
+from megaprov.training.planner import GPUS
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
@@ -75,7 +75,7 @@ def test_torch_reads_the_rendered_variable():
 
 
 def test_the_write_speed_comes_from_the_inventory(tmp_path, monkeypatch):
-    from megaprov import launch
+    from megaprov.training import launch
 
     monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
     inv = tmp_path / "inv.ini"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import jobspec, nodefacts, render
+from megaprov.training import jobspec, nodefacts, render
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import follow, jobs, verdict
 from megaprov.owner import as_owner_of
+from megaprov.training import follow, jobs, verdict
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching to the cluster user's uid needs root")
 UID = GID = 2000

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import jobspec, planner
-from megaprov.planner import GIB, GPUS, Cluster, Layout
+from megaprov.training import jobspec, planner
+from megaprov.training.planner import GIB, GPUS, Cluster, Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
@@ -251,7 +251,8 @@ def test_a_stored_fact_becomes_a_node_rate():
 def test_rates_are_read_from_megaprovs_record_or_the_fact_cache(tmp_path, monkeypatch):
     import json
 
-    from megaprov import paths, rates
+    from megaprov import paths
+    from megaprov.training import rates
 
     monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
     inventory = tmp_path / "inventory.ini"

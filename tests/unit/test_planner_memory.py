@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import jobspec, planner
-from megaprov.planner import GIB, GPUS, Cluster, Layout
+from megaprov.training import jobspec, planner
+from megaprov.training.planner import GIB, GPUS, Cluster, Layout
 
 JOBS = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 RESERVED = 3 * 2**30

@@ -1,5 +1,5 @@
 """Rendered launches: golden pretrain_gpt.py arguments, every flag checked against Megatron-LM core_v0.16.1's own
-parser (recorded in megaprov/megatron/flags-core_v0.16.1.json by scripts/dump-megatron-flags.py), torchrun
+parser (recorded in megaprov/training/megatron/flags-core_v0.16.1.json by scripts/dump-megatron-flags.py), torchrun
 arguments checked by torch's parser, and scripts checked by bash."""
 
 import difflib
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import jobspec, nodefacts, render
 from megaprov.errors import UsageError
-from megaprov.jobspec import JobSpecError
-from megaprov.planner import GPUS
+from megaprov.training import jobspec, nodefacts, render
+from megaprov.training.jobspec import JobSpecError
+from megaprov.training.planner import GPUS
 from tests.helpers.golden import UPDATE_COMMAND, example_jobs, golden_files
 from tests.helpers.megatron import FLAGS, assert_megatron_accepts, parse_torchrun
 

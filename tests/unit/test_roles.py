@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from megaprov.stages import KNOWN_TAGS, STAGES
+from megaprov.cluster.stages import KNOWN_TAGS, STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())

@@ -1,7 +1,7 @@
 import dataclasses
 from pathlib import Path
 
-from megaprov import runner
+from megaprov.cluster import runner
 
 SPEC = runner.RunSpec(
     playbook=Path("/p/playbooks/bootstrap.yml"),
@@ -115,8 +115,8 @@ def test_new_private_dirs_are_fresh_and_pruned(tmp_path):
 
 def test_only_runner_imports_ansible_runner():
     root = Path(__file__).resolve().parents[2] / "megaprov"
-    importers = sorted(p.name for p in root.glob("*.py") if "ansible_runner" in p.read_text())
-    assert importers == ["runner.py"]
+    importers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "ansible_runner" in p.read_text())
+    assert importers == ["cluster/runner.py"]
 
 
 def test_the_first_playbook_error_is_extracted():

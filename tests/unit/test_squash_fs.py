@@ -1,4 +1,4 @@
-"""The lab's root-squashed share (megaprov/lab_files/squashfs.py): root_squash's mapping, and the mounted daemon
+"""The lab's root-squashed share (megaprov/cluster/lab_files/squashfs.py): root_squash's mapping, and the mounted daemon
 on this machine (root, /dev/fuse and Debian's python3-fusepy): root is nobody there, the cluster user is itself."""
 
 import importlib.util

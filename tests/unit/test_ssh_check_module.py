@@ -94,7 +94,7 @@ def test_the_mesh_is_the_reachable_hosts_and_the_rest_is_left_out():
 
 
 def test_the_report_names_the_pairs_tried_and_the_hosts_left_out():
-    from megaprov.provision import mesh_lines
+    from megaprov.cluster.provision import mesh_lines
 
     mesh = [check.classify(a, b, b, 0, b, "", 0.2) for a, b in (("node1", "node2"), ("node2", "node1"))]
     assert mesh_lines(mesh, ["node3"]) == [

@@ -1,7 +1,7 @@
 """Where bootstrap time goes: seconds per stage from the plays' start events."""
 
-from megaprov import provision, runner
-from megaprov.stages import STAGES
+from megaprov.cluster import provision, runner
+from megaprov.cluster.stages import STAGES
 
 
 def test_every_stage_playbook_play_maps_to_its_stage(root):

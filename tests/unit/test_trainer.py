@@ -1,4 +1,4 @@
-"""The lab trainer (megaprov.trainer): Megatron's log format, checkpoint marker, and real runs under torchrun on CPU."""
+"""The lab trainer (megaprov.training.trainer): Megatron's log format, checkpoint marker, and real runs under torchrun on CPU."""
 
 import json
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import follow, trainer
+from megaprov.training import follow, trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = (ROOT / "tests" / "unit" / "golden" / "lab-tiny.args").read_text().split()
@@ -63,8 +63,8 @@ def test_unknown_arguments_are_returned_not_fatal():
 def dataset(tmp_path_factory):
     pytest.importorskip("torch", reason="skipped: no torch in this environment")
     pytest.importorskip("megatron.core", reason="skipped: no megatron-core in this environment")
-    from megaprov import data
-    from megaprov.data import TokenizerSpec
+    from megaprov.training import data
+    from megaprov.training.data import TokenizerSpec
 
     work = tmp_path_factory.mktemp("trainer")
     words = "the cluster trains a model on every node and the loss falls as tokens flow".split()
@@ -91,7 +91,7 @@ def train(dataset, tag, iters, tp=1, divisible=128, nproc=2, port=29561):
         "--master-port",
         str(port),
         "-m",
-        "megaprov.trainer",
+        "megaprov.training.trainer",
         *argv.split(),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -133,7 +133,18 @@ def test_a_checkpoint_of_another_shape_is_refused(dataset):
     argv = " ".join(GOLDEN).replace("/shared/data/lab_text_document", str(dataset / "lab_text_document"))
     argv = argv.replace("/shared/checkpoints/lab-tiny", str(dataset / "shape")).replace("--hidden-size 64", "--hidden-size 32")
     argv = argv.replace("--ffn-hidden-size 256", "--ffn-hidden-size 128")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-port", "29567", "-m", "megaprov.trainer", *argv.split()]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "1",
+        "--master-port",
+        "29567",
+        "-m",
+        "megaprov.training.trainer",
+        *argv.split(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode != 0
     assert "has hidden_size=64, this job 32; use another checkpoint directory or the same model shape" in proc.stdout + proc.stderr

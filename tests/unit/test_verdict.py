@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from megaprov import follow, trainer, verdict
+from megaprov.training import follow, trainer, verdict
 
 
 def feed_run(log, host, iterations, now, loss=lambda i: 6.0 - 0.05 * i):

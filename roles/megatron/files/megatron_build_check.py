@@ -62,7 +62,7 @@ KERNELS = {
 
 
 def capabilities(fact):
-    """The capabilities the rules test, from a megaprov_python fact (as megaprov.nodefacts reads it)."""
+    """The capabilities the rules test, from a megaprov_python fact (as megaprov.training.nodefacts reads it)."""
     apex = fact.get("apex") if isinstance(fact.get("apex"), dict) else {}
     caps = {name: all(apex.get(k) is True for k in kernels) for name, kernels in KERNELS.items()}
     caps["transformer_engine"] = isinstance(fact.get("transformer_engine"), str) and bool(fact["transformer_engine"])

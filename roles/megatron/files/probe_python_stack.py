@@ -7,7 +7,7 @@ Run with the training environment's interpreter. Records torch and the CUDA it w
 installed megatron-core and the checkout's release, which of the two a pretrain_gpt.py job imports, and whether
 the checkout's dataset helpers are built (``make -q`` in megatron/core/datasets answers "up to date" with this
 PATH, which is what Megatron-LM's start-up ``make`` sees when the job's PATH starts with the venv's bin).
-megaprov reads the fact to render the implementation and fused paths (megaprov/nodefacts.py).
+megaprov reads the fact to render the implementation and fused paths (megaprov/training/nodefacts.py).
 """
 
 import glob

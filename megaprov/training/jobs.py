@@ -20,14 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megaprov import follow, jobmeta, render, runner, values, verdict
-from megaprov import inventory as inv
+from megaprov import values
+from megaprov.cluster import inventory as inv
+from megaprov.cluster import runner
 from megaprov.errors import EnvironmentProblem, ExitCode, MegaprovError, UsageError
-from megaprov.jobspec import JobSpec
 from megaprov.output import RunProgress
 from megaprov.owner import as_owner_of
 from megaprov.paths import PACKAGE_DIR, fact_cache_dir, project_root, state_dir
-from megaprov.planner import Cluster, Plan
+from megaprov.training import follow, jobmeta, render, verdict
+from megaprov.training.jobspec import JobSpec
+from megaprov.training.planner import Cluster, Plan
 
 RESTART_SEC = 10  # the unit's RestartSec: torchrun is started again this long after it failed
 START_LIMIT_INTERVAL = 3600
@@ -95,7 +97,7 @@ def remember(job: Job) -> None:
 
 def find(name: str, inventory_path: str | None = None) -> Job:
     """A started job by name: from the index, or from the shared directory of ``inventory_path``. Its job.json is
-    checked like any input (:mod:`megaprov.jobmeta`): the cluster user can write it."""
+    checked like any input (:mod:`megaprov.training.jobmeta`): the cluster user can write it."""
     values.job_name(name, "job name")
     local: Path | None = None
     inventory = inventory_path
@@ -329,7 +331,7 @@ def start(
             (staging / "launch" / f"{node.host}.service").write_text(units[node.host])
         if spec.launch.trainer == "lab":
             (staging / "bin").mkdir()
-            shutil.copy(PACKAGE_DIR / "trainer.py", staging / render.LAB_TRAINER_FILE)
+            shutil.copy(PACKAGE_DIR / "training" / "trainer.py", staging / render.LAB_TRAINER_FILE)
         (staging / "logs").mkdir()
         bundle = Path(staging_dir + ".tar.gz")
         _bundle(staging, bundle)
@@ -552,7 +554,7 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
     state is read, a job that is still "starting"/"running" in job.json but whose logs show every node's torchrun
     exited 0 at the last iteration gets its verdict and report now; with ``units`` (from ``job_status.yml``), a job
     whose units all gave up is judged failed. Returns whether a verdict was written."""
-    from megaprov import launch, planner
+    from megaprov.training import launch, planner
 
     meta_path = job.local_dir / "job.json"
     if (job.local_dir / "report.json").is_file() or not meta_path.is_file():

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megaprov import render, values
+from megaprov import values
 from megaprov.errors import UsageError
+from megaprov.training import render
 
 STATE = re.compile(r"^[a-z][a-z-]{0,31}$")
 _HINT = "job.json is written by megaprov (the cluster user can change it): restore it or remove the job directory"

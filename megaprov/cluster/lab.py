@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from megaprov import wheelhouse
+from megaprov.cluster import wheelhouse
 from megaprov.errors import EnvironmentProblem, UsageError
 from megaprov.paths import LAB_FILES, fact_cache_dir
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from megaprov import inventory as inv
-from megaprov import jobspec, nodefacts, planner, rates, render
+from megaprov.cluster import inventory as inv
 from megaprov.errors import UsageError
-from megaprov.jobspec import JobSpec, JobSpecError
 from megaprov.paths import project_root
+from megaprov.training import jobspec, nodefacts, planner, rates, render
+from megaprov.training.jobspec import JobSpec, JobSpecError
 
 
 @dataclass(frozen=True)

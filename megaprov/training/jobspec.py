@@ -2,7 +2,7 @@
 
 Pure: :func:`parse` takes YAML text and returns a :class:`JobSpec` or raises :class:`JobSpecError`, whose
 problems each name the field path, the value, and the fix. Rules that involve more than one field (heads by
-tensor parallelism, batch arithmetic, ...) live in :mod:`megaprov.planner`, which knows the world size.
+tensor parallelism, batch arithmetic, ...) live in :mod:`megaprov.training.planner`, which knows the world size.
 """
 
 from __future__ import annotations

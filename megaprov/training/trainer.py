@@ -1,6 +1,6 @@
 """megaprov's lab trainer: Megatron-style GPT pre-training on CPU nodes (the container lab, CI).
 
-``python megaprov/trainer.py <pretrain_gpt.py arguments>`` under torchrun. ``megaprov train`` copies this file into
+``python megaprov/training/trainer.py <pretrain_gpt.py arguments>`` under torchrun. ``megaprov train`` copies this file into
 the job directory and runs it from there, so the nodes need torch and megatron-core but not megaprov: it imports
 nothing of megaprov. It takes the same arguments megaprov
 renders for ``pretrain_gpt.py`` (the subset below; others are reported and ignored) and runs on megatron-core:

@@ -2,7 +2,7 @@
 
 Pure functions over the table: which CUDA a driver branch runs, which torch wheel a CUDA toolkit selects, and
 :func:`problems`, every way a cluster's settings cannot work together, each as one line that names the variables
-and the fix. :mod:`megaprov.inventory` calls it before any host is contacted; the cuda and pytorch roles read the
+and the fix. :mod:`megaprov.cluster.inventory` calls it before any host is contacted; the cuda and pytorch roles read the
 same file on the controller (``lookup``), so the nodes apply the same table.
 """
 
@@ -279,7 +279,7 @@ def _torch_problems(s: Stack, torch: str, card: Gpu | None, branch: int | None, 
                 Problem(
                     var,
                     value,
-                    "is a torch release megaprov has no CUDA build table for (megaprov/compat.yml)",
+                    "is a torch release megaprov has no CUDA build table for (megaprov/cluster/compat.yml)",
                     f"set pytorch_cuda_tag (e.g. cu130) yourself, or use torch {known[0]}-{known[-1]}",
                 )
             ]

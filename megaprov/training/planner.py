@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
 
-from megaprov.jobspec import JobSpec, Problem
-from megaprov.trainer import padded_vocab  # one rule, kept in the standalone trainer
+from megaprov.training.jobspec import JobSpec, Problem
+from megaprov.training.trainer import padded_vocab  # one rule, kept in the standalone trainer
 
 GIB = 1024**3
 # Per-GPU memory megaprov keeps free for the CUDA context, NCCL buffers and allocator fragmentation.

@@ -2,10 +2,10 @@
 sbatch script. Pure functions: a job spec and a cluster in, text and argv out.
 
 The arguments target Megatron-LM ``core_v0.16.1`` (``PINNED_MEGATRON``); its complete flag list, produced by
-running that version's own ``add_megatron_arguments`` parser, is ``megaprov/megatron/flags-<tag>.json``, and
+running that version's own ``add_megatron_arguments`` parser, is ``megaprov/training/megatron/flags-<tag>.json``, and
 pass-through arguments are checked against it. Which transformer implementation and fused paths an argv selects,
 what each needs on the nodes and the arguments megaprov adds for what the nodes have are facts read from that
-version's code, in ``megaprov/megatron/impl-<tag>.json``; what the nodes have is :mod:`megaprov.nodefacts`.
+version's code, in ``megaprov/training/megatron/impl-<tag>.json``; what the nodes have is :mod:`megaprov.training.nodefacts`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from megaprov import planner, values
-from megaprov.jobspec import PINNED_MEGATRON, JobSpec, JobSpecError, Problem
-from megaprov.nodefacts import DEFAULT_WRITE_MBPS, ROLE_DEFAULTS, NodeStack, stack_of, write_speed
-from megaprov.planner import Cluster
+from megaprov import values
+from megaprov.training import planner
+from megaprov.training.jobspec import PINNED_MEGATRON, JobSpec, JobSpecError, Problem
+from megaprov.training.nodefacts import DEFAULT_WRITE_MBPS, ROLE_DEFAULTS, NodeStack, stack_of, write_speed
+from megaprov.training.planner import Cluster
 
 # Environment every rank gets. CUDA_DEVICE_MAX_CONNECTIONS=1 keeps tensor-parallel communication kernels
 # ordered ahead of compute (Megatron-LM requires it for sequence parallelism and communication overlap).
@@ -52,7 +53,7 @@ def gpu_samples(job_directory: str, host: str) -> str:
 @cache
 def megatron_flags(tag: str = PINNED_MEGATRON) -> dict[str, dict[str, Any]]:
     """Every ``--flag`` of ``pretrain_gpt.py`` at ``tag``: kind (switch/value/list) and choices."""
-    text = resources.files("megaprov").joinpath(f"megatron/flags-{tag}.json").read_text(encoding="utf-8")
+    text = resources.files("megaprov.training").joinpath(f"megatron/flags-{tag}.json").read_text(encoding="utf-8")
     flags: dict[str, dict[str, Any]] = json.loads(text)["flags"]
     return flags
 
@@ -61,7 +62,7 @@ def megatron_flags(tag: str = PINNED_MEGATRON) -> dict[str, dict[str, Any]]:
 def megatron_impl(tag: str = PINNED_MEGATRON) -> dict[str, Any]:
     """Facts read from Megatron-LM at ``tag``: defaults of the implementation and fusion switches, what each needs,
     and the rules megaprov renders by (``impl-<tag>.json``)."""
-    text = resources.files("megaprov").joinpath(f"megatron/impl-{tag}.json").read_text(encoding="utf-8")
+    text = resources.files("megaprov.training").joinpath(f"megatron/impl-{tag}.json").read_text(encoding="utf-8")
     table: dict[str, Any] = json.loads(text)
     return table
 

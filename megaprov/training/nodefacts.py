@@ -5,7 +5,7 @@ The megatron role (python stage) records it on every node as the local fact ``me
 built for, Transformer Engine (version or absent), which of apex's fused kernels import, the Megatron-LM checkout
 and whether its dataset helpers are built. ``megaprov train``/``plan`` read it from the fact cache
 (``<state>/facts/<digest>/``, where the bootstrap run and every fact gathering leave it) and the render chooses
-the Megatron-LM implementation and fused paths from it (:func:`megaprov.render.stack_args`). Nothing is contacted.
+the Megatron-LM implementation and fused paths from it (:func:`megaprov.training.render.stack_args`). Nothing is contacted.
 
 With no fact known (plan without an inventory, or nodes not yet bootstrapped) the render assumes what the roles
 install by default, :data:`ROLE_DEFAULTS`, and says so.
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megaprov.factcache import host_facts
+from megaprov.cluster.factcache import host_facts
 from megaprov.paths import fact_cache_dir
-from megaprov.planner import Cluster
+from megaprov.training.planner import Cluster
 
 FACT = "megaprov_python"
 # The shared directory's sustained write speed for checkpoints when the inventory gives none

@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .errors import EnvironmentProblem
-from .paths import cached_dir
+from megaprov.errors import EnvironmentProblem
+from megaprov.paths import cached_dir
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "megaprov" / "wheelhouse"
 # What the lab's CPU nodes run: torch (CPU build) and megatron-core; torch's CPU wheels come from

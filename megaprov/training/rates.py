@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from megaprov.factcache import host_facts, read_json
+from megaprov.cluster.factcache import host_facts, read_json
 from megaprov.paths import fact_cache_dir, state_dir
-from megaprov.planner import Cluster, NodeRate, rate_from_fact
+from megaprov.training.planner import Cluster, NodeRate, rate_from_fact
 
 
 def rates_file(inventory: Path) -> Path:

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from megaprov import compat, values
+from megaprov import values
+from megaprov.cluster import compat
 from megaprov.errors import InventoryError, UsageError
 
 REQUIRED_GROUPS = ("head", "gpu_nodes")

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from megaprov.output import console
-from megaprov.planner import GIB, Candidate, Plan
+from megaprov.training.planner import GIB, Candidate, Plan
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from megaprov.data import PrepareResult, Progress
-    from megaprov.jobs import Job
-    from megaprov.jobs import Progress as TrainProgress
-    from megaprov.render import Rendered
-    from megaprov.verdict import Verdict
+    from megaprov.training.data import PrepareResult, Progress
+    from megaprov.training.jobs import Job
+    from megaprov.training.jobs import Progress as TrainProgress
+    from megaprov.training.render import Rendered
+    from megaprov.training.verdict import Verdict
 
 
 def _si(value: float, unit: str = "") -> str:
@@ -235,7 +235,7 @@ def render_verdict(judged: Verdict, report: dict[str, Any], paths: dict[str, Pat
 
 
 def job_status(job: Job, units: dict[str, dict[str, str]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    from megaprov import jobmeta, jobs, launch
+    from megaprov.training import jobmeta, jobs, launch
 
     jobs.settle(job, units)  # a job that ended while nobody followed it gets its verdict now
     meta = jobmeta.load(job.local_dir / "job.json", job.name).raw  # checked: the cluster user can write it

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megaprov import inventory as inv
-from megaprov import runner
+from megaprov.cluster import inventory as inv
+from megaprov.cluster import runner
+from megaprov.cluster.stages import KNOWN_TAGS, STAGES
 from megaprov.errors import ExitCode, UsageError
 from megaprov.output import RunProgress, console, host_table, verdict_table
 from megaprov.paths import fact_cache_dir, project_root, state_dir
-from megaprov.stages import KNOWN_TAGS, STAGES
 
 FACTS_ACTION = "megaprov_node_facts"
 MESH_ACTION = "megaprov_ssh_check"
@@ -285,7 +285,7 @@ def preflight(request: Request) -> Report:
 
 def _compute(inventory: inv.Inventory, result: runner.RunResult) -> dict[str, str]:
     """The compute rates the nodes reported (the last report per host wins), recorded for megaprov plan and train."""
-    from megaprov import rates
+    from megaprov.training import rates
 
     lines: dict[str, str] = {}
     stored: dict[str, dict[str, Any]] = {}

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megaprov.follow import Iteration, JobLog, RankCompute
 from megaprov.owner import as_owner_of
+from megaprov.training.follow import Iteration, JobLog, RankCompute
 
 PASS, FAIL, SKIP = "pass", "fail", "skipped"
 STRAGGLER_FACTOR = 1.5  # a node this many times slower than the median of the others is named

@@ -1,0 +1,1 @@
+"""The cluster side: inventory, Ansible runs, bootstrap stages, the container lab, the compatibility table."""

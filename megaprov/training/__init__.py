@@ -1,0 +1,1 @@
+"""The training side: job spec, planner, Megatron-LM launch rendering, jobs, follower, verdict, data, lab trainer."""
