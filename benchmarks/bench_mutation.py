@@ -46,11 +46,11 @@ MODULES = {
     "inventory": "megaprov/cluster/inventory.py",
     "jobspec": "megaprov/training/jobspec.py",
     "data": "megaprov/training/data.py",
-    "nccl_check": "roles/nccl/library/megaprov_nccl_check.py",
-    "gpu_state": "roles/nvidia_driver/library/megaprov_gpu_state.py",
-    "rdma_facts": "roles/infiniband/library/megaprov_rdma_facts.py",
-    "shared_check": "roles/nfs_client/library/megaprov_shared_check.py",
-    "ssh_check": "roles/ssh_mesh/library/megaprov_ssh_check.py",
+    "nccl_check": "ansible_collections/megaprov/cluster/plugins/modules/nccl_check.py",
+    "gpu_state": "ansible_collections/megaprov/cluster/plugins/modules/gpu_state.py",
+    "rdma_facts": "ansible_collections/megaprov/cluster/plugins/modules/rdma_facts.py",
+    "shared_check": "ansible_collections/megaprov/cluster/plugins/modules/shared_check.py",
+    "ssh_check": "ansible_collections/megaprov/cluster/plugins/modules/ssh_check.py",
 }
 FAST_TIERS = ["tests/unit", "tests/cli"]
 # Directories the tests read beside the code (they resolve paths from the repository root).

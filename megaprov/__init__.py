@@ -1,3 +1,3 @@
 """megaprov: turn a set of Linux GPU machines into a verified Megatron-LM training cluster."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     lab_image.add_argument("--output", choices=("text", "json"), default="text")
     lab_status = lab_sub.add_parser("status", help="list lab nodes")
     lab_status.add_argument("--output", choices=("text", "json"), default="text")
+    lab_inventory = lab_sub.add_parser("inventory", help="print the path of a lab's inventory (for scripts)")
+    lab_inventory.add_argument("--name", default="default")
+    lab_inventory.add_argument("--output", choices=("text", "json"), default="text")
     lab_down = lab_sub.add_parser("down", help="remove what lab up made")
     _job_parsers(sub)
     lab_down.add_argument("--name", default="default")
@@ -504,13 +507,13 @@ def _cmd_data(args: argparse.Namespace) -> Outcome:
 
 def _cmd_lab(args: argparse.Namespace) -> Outcome:
     if not args.lab_command:
-        raise UsageError("megaprov lab: missing ACTION", "use `megaprov lab up`, `lab status`, `lab stop|start NODE` or `lab down`")
+        raise UsageError("megaprov lab: missing ACTION", "use `megaprov lab up`, `lab status`, `lab inventory`, `lab stop|start NODE` or `lab down`")
     import time
 
     from megaprov.cluster import lab
-    from megaprov.paths import project_root
+    from megaprov.paths import state_dir
 
-    root = project_root()
+    root = state_dir()
     out, err = console(), console(stderr=True)
     quiet = args.output == "json"
 
@@ -535,7 +538,15 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
                 out.print("no lab is running")
             for name, members in found.items():
                 out.print(f"lab {name}: " + ", ".join(f"{n.name} {n.address or '-'} {n.state}" for n in members), markup=False)
-        return Outcome("lab status", {name: members for name, members in found.items()})
+                out.print(f"  inventory: {lab.inventory_path(root, name)}", markup=False)
+        return Outcome("lab status", {name: {"nodes": members, "inventory": str(lab.inventory_path(root, name))} for name, members in found.items()})
+    if args.lab_command == "inventory":
+        path = lab.inventory_path(root, args.name)
+        if not path.is_file():
+            raise UsageError(f"lab {args.name}: no inventory at {path}", f"start the lab with `megaprov lab up --name {args.name}`")
+        if not quiet:
+            out.print(str(path), markup=False, soft_wrap=True)
+        return Outcome("lab inventory", {"name": args.name, "inventory": str(path)})
     if args.lab_command == "down":
         removed = lab.down(root, args.name, progress)
         if not quiet:
@@ -549,7 +560,7 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
             where = f" at {node.address}, host key unchanged" if args.lab_command == "start" else ""
             out.print(f"lab {args.name}: {node.name} {node.state}{where} ({seconds}s)", markup=False)
         return Outcome(f"lab {args.lab_command}", {"name": args.name, "node": node, "seconds": seconds})
-    raise UsageError(f"megaprov lab: unknown ACTION {args.lab_command}", "use up, status, stop, start or down")
+    raise UsageError(f"megaprov lab: unknown ACTION {args.lab_command}", "use up, status, inventory, stop, start or down")
 
 
 def _request(args: argparse.Namespace, **flags: Any) -> Any:

@@ -1,4 +1,13 @@
-"""Where megaprov finds its playbooks and keeps its state."""
+"""Where megaprov finds its Ansible collection and keeps its state.
+
+The roles, playbooks and modules are the Ansible collection ``megaprov.cluster``. The wheel installs it beside the
+Python package (``site-packages/ansible_collections/megaprov/cluster``), a checkout holds it at the same place relative
+to ``megaprov/``, and ``MEGAPROV_ROOT`` names another directory that holds ``ansible_collections/`` (development).
+
+State (runs, fact cache, lab inventories and keys, job records) goes to ``$MEGAPROV_STATE`` or
+``$XDG_STATE_HOME/megaprov`` (``~/.local/state/megaprov``); downloads that can be fetched again (the lab's image
+inputs, its wheelhouse) to ``$MEGAPROV_CACHE`` or ``$XDG_CACHE_HOME/megaprov`` (``~/.cache/megaprov``).
+"""
 
 from __future__ import annotations
 
@@ -12,23 +21,61 @@ from megaprov.errors import EnvironmentProblem
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LAB_FILES = PACKAGE_DIR / "cluster" / "lab_files"
+# megaprov's Ansible settings (ANSIBLE_CONFIG of every run); paths in it are set per run through the environment.
+ANSIBLE_CFG = PACKAGE_DIR / "ansible.cfg"
+COLLECTION = ("megaprov", "cluster")
+COLLECTION_NAME = ".".join(COLLECTION)
 
 
-def project_root() -> Path:
-    """The checkout that holds ``playbooks/`` and ``roles/`` (``MEGAPROV_ROOT`` overrides)."""
-    root = Path(os.environ.get("MEGAPROV_ROOT", PACKAGE_DIR.parent)).resolve()
-    if not (root / "playbooks").is_dir() or not (root / "roles").is_dir():
+def collections_root() -> Path:
+    """The directory that holds ``ansible_collections/megaprov/cluster`` (``MEGAPROV_ROOT`` overrides)."""
+    env = os.environ.get("MEGAPROV_ROOT")
+    root = Path(env).resolve() if env else PACKAGE_DIR.parent
+    if not (root / "ansible_collections" / COLLECTION[0] / COLLECTION[1] / "playbooks").is_dir():
+        where = f"MEGAPROV_ROOT={env}" if env else str(root)
         raise EnvironmentProblem(
-            f"no playbooks/ and roles/ under {root}",
-            "install megaprov from its checkout (pip install -e .) or set MEGAPROV_ROOT to it",
+            f"no collection {COLLECTION_NAME} under {where} (ansible_collections/{'/'.join(COLLECTION)}/playbooks is missing)",
+            "reinstall megaprov (pip install megaprov, or pip install . in a checkout)"
+            + (", or point MEGAPROV_ROOT at a checkout" if not env else ", or unset MEGAPROV_ROOT"),
         )
     return root
 
 
+def collection_dir() -> Path:
+    """The collection's own directory: ``galaxy.yml``, ``roles/``, ``playbooks/``, ``plugins/``, ``meta/``."""
+    return collections_root() / "ansible_collections" / COLLECTION[0] / COLLECTION[1]
+
+
+def roles_dir() -> Path:
+    return collection_dir() / "roles"
+
+
+def playbook(name: str) -> Path:
+    return collection_dir() / "playbooks" / name
+
+
+def cluster_defaults() -> Path:
+    """The cluster-wide settings (``megaprov_*``): the defaults of the collection's ``megaprov`` role."""
+    return roles_dir() / "megaprov" / "defaults" / "main.yml"
+
+
+def _xdg(variable: str, xdg: str, fallback: str) -> Path:
+    env = os.environ.get(variable)
+    if env:
+        return Path(env).expanduser().resolve()
+    base = os.environ.get(xdg, "")
+    # The XDG spec: a relative path in $XDG_* is invalid and must be ignored.
+    return (Path(base) if base and os.path.isabs(base) else Path.home() / fallback) / "megaprov"
+
+
 def state_dir() -> Path:
-    """Run artifacts, fact cache and lab keys live here (``MEGAPROV_STATE`` overrides)."""
-    env = os.environ.get("MEGAPROV_STATE")
-    return Path(env).resolve() if env else PACKAGE_DIR.parent / ".megaprov"
+    """Run artifacts, fact cache, job records, lab inventories and keys (``MEGAPROV_STATE``, else XDG state)."""
+    return _xdg("MEGAPROV_STATE", "XDG_STATE_HOME", ".local/state")
+
+
+def cache_dir() -> Path:
+    """What can be downloaded again: the lab's wheelhouse and image inputs (``MEGAPROV_CACHE``, else XDG cache)."""
+    return _xdg("MEGAPROV_CACHE", "XDG_CACHE_HOME", ".cache")
 
 
 def fact_cache_dir(inventory: Path) -> Path:

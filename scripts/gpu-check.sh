@@ -3,7 +3,7 @@
 # print what it finds. One script, under 8 minutes on a warm machine (GPU_CHECK_BUDGET seconds, default 480):
 #   1. the driver (branch, and the newest CUDA it runs: nvidia-smi's "CUDA Version" is that maximum, not a toolkit)
 #      and the CUDA toolkit (nvcc --version, when one is installed); the CUDA megaprov configures is chosen from the
-#      compatibility table (megaprov/cluster/compat.yml) for this driver and torch release, never from nvidia-smi's maximum
+#      compatibility table (the collection's meta/compat.yml) for this driver and torch release, never from nvidia-smi's maximum
 #   2. megaprov preflight (GPU count, NVLink/NVSwitch, disk, memory; the inventory is validated before any run)
 #   3. megaprov bootstrap --tags preflight,gpu,nccl,python in preinstalled mode: the driver on its branch,
 #      persistence, Fabric Manager where NVSwitch is present, CUDA (nvcc if present), NCCL, the PyTorch
@@ -48,7 +48,7 @@ GPUS=$(nvidia-smi -L | grep -c '^GPU ')
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
 BRANCH=${GPU_CHECK_DRIVER_BRANCH:-${DRIVER%%.*}}
 NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-# The planner's model names (megaprov/training/planner.py) and the compatibility table's (megaprov/cluster/compat.yml). GH200 and
+# The planner's model names (megaprov/training/planner.py) and the compatibility table's (the collection's meta/compat.yml). GH200 and
 # GB200 first: their names contain H200 and B200.
 case "$NAME" in
   *GH200*) MODEL=GH200 ;; *GB200*) MODEL=GB200 ;; *B200*) MODEL=B200 ;; *H200*) MODEL=H200 ;;
@@ -81,7 +81,7 @@ from megaprov.cluster import compat
 
 branch, nvcc, torch, torch_cuda = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 if not torch:
-    with open("roles/pytorch/defaults/main.yml", encoding="utf-8") as f:
+    with open("ansible_collections/megaprov/cluster/roles/pytorch/defaults/main.yml", encoding="utf-8") as f:
         torch = str(yaml.safe_load(f)["pytorch_version"])
 builds = compat.torch_builds(torch) or {}
 toolkit = nvcc in compat.table()["cuda"] and (compat.toolkit_driver(nvcc) or 9999) <= branch
@@ -106,10 +106,10 @@ else:
 PYTHON
 )
 if [ -z "${CUDA_METHOD:-}" ]; then
-  echo "gpu-check: cannot choose a CUDA version from megaprov/cluster/compat.yml for driver branch $BRANCH (is $PY megaprov's venv?)" >&2
+  echo "gpu-check: cannot choose a CUDA version from the collection's meta/compat.yml for driver branch $BRANCH (is $PY megaprov's venv?)" >&2
   exit 2
 fi
-record "driver: $DRIVER (branch $BRANCH; runs CUDA <= ${DRIVER_MAX_CUDA:-?} by nvidia-smi, <= $("$PY" -c "from megaprov import compat; print(compat.max_cuda($BRANCH) or '?')") by megaprov/cluster/compat.yml), $GPUS x $NAME (model $MODEL)"
+record "driver: $DRIVER (branch $BRANCH; runs CUDA <= ${DRIVER_MAX_CUDA:-?} by nvidia-smi, <= $("$PY" -c "from megaprov.cluster import compat; print(compat.max_cuda($BRANCH) or '?')") by the collection's meta/compat.yml), $GPUS x $NAME (model $MODEL)"
 record "CUDA: toolkit ${NVCC_RELEASE:-none}; megaprov uses cuda_method=$CUDA_METHOD cuda_version=$CUDA_VERSION, torch build $TORCH_TAG ($CHOICE)"
 
 cat >"$WORK/inventory/inventory.ini" <<INI

@@ -8,8 +8,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_module(path: Path, name: str):
-    """Import an Ansible module file (roles/*/library/*.py) to test its pure functions."""
-    # Its __name__ is the dotted path from the repository root (roles.nccl.library.megaprov_nccl_check): the name the
+    """Import an Ansible module file (the collection's plugins/modules/*.py) to test its pure functions."""
+    # Its __name__ is the dotted path from the repository root (ansible_collections.megaprov.cluster.plugins.modules.nccl_check): the name the
     # mutation benchmark (benchmarks/bench_mutation.py) gives its functions. `name` stays an alias in sys.modules.
     path = Path(path).resolve()
     qualified = ".".join(path.relative_to(ROOT).with_suffix("").parts) if path.is_relative_to(ROOT) else name

@@ -16,13 +16,17 @@ from typing import Any
 
 import yaml
 
-TABLE_FILE = Path(__file__).resolve().parent / "compat.yml"
 _TAG = re.compile(r"^cu([0-9]{2})([0-9])$")
 _RELEASE = re.compile(r"^([0-9]+)\.([0-9]+)(?:\.[0-9]+)?(?:[+a-z].*)?$")
 
 
 @functools.lru_cache(maxsize=4)
-def table(path: Path = TABLE_FILE) -> dict[str, Any]:
+def table(path: Path | None = None) -> dict[str, Any]:
+    """The table, from the collection's ``meta/compat.yml`` (the roles read the same file) unless ``path`` is given."""
+    if path is None:
+        from megaprov.paths import collection_dir
+
+        path = collection_dir() / "meta" / "compat.yml"
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a mapping")
@@ -279,7 +283,7 @@ def _torch_problems(s: Stack, torch: str, card: Gpu | None, branch: int | None, 
                 Problem(
                     var,
                     value,
-                    "is a torch release megaprov has no CUDA build table for (megaprov/cluster/compat.yml)",
+                    "is a torch release megaprov has no CUDA build table for (the collection's meta/compat.yml)",
                     f"set pytorch_cuda_tag (e.g. cu130) yourself, or use torch {known[0]}-{known[-1]}",
                 )
             ]

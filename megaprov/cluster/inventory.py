@@ -2,7 +2,8 @@
 
 Parsing is strict on purpose: every problem becomes an :class:`InventoryError` that names the
 file, the line or variable, and the fix. Variable types come from the roles'
-``meta/argument_specs.yml`` (one source of truth with Ansible) and from ``CLUSTER_VARS``.
+``meta/argument_specs.yml`` (one source of truth with Ansible; the cluster-wide ``megaprov_*`` settings are the
+options of the collection's ``megaprov`` role) and from ``ANSIBLE_VARS``.
 """
 
 from __future__ import annotations
@@ -40,18 +41,6 @@ TYPED_VARS: dict[str, Any] = {
     "megaprov_cluster_user": values.posix_user,
 }
 
-# Cluster-wide settings (defaults in inventories/defaults.yml; a unit test keeps both in sync).
-CLUSTER_VARS: dict[str, dict[str, Any]] = {
-    "megaprov_cluster_user": {"type": "str", "description": "account that runs training on every node"},
-    "megaprov_shared_dir": {"type": "path", "description": "directory every node sees (NFS or site FS)"},
-    "megaprov_scratch_dir": {"type": "path", "description": "node-local scratch directory"},
-    "megaprov_gpu_expected": {"type": "bool", "description": "gpu_nodes hosts must have NVIDIA GPUs"},
-    "megaprov_gpus_per_node": {"type": "int", "description": "GPUs each gpu_nodes host must have (0: any)"},
-    "megaprov_lab": {"type": "bool", "description": "hosts are megaprov lab containers"},
-    "megaprov_offline": {"type": "bool", "description": "nodes have no internet: every package source must point at a mirror"},
-    "megaprov_gpu_model": {"type": "str", "description": "GPU model of gpu_nodes for the planner (e.g. H100-SXM)"},
-    "megaprov_controller_shared_dir": {"type": "str", "description": "where the machine running megaprov sees the shared directory"},
-}
 # Connection variables Ansible itself interprets.
 # Each description is the hint of a type error (these have no role README to point at).
 ANSIBLE_VARS: dict[str, dict[str, Any]] = {
@@ -391,7 +380,6 @@ def check_type(name: str, value: Any, spec: dict[str, Any]) -> str | None:
 def all_specs(roles_dir: Path) -> tuple[dict[str, dict[str, Any]], set[str]]:
     """Every variable megaprov knows the type of, and the role-name prefixes."""
     specs = dict(ANSIBLE_VARS)
-    specs.update(CLUSTER_VARS)
     specs.update(role_specs(roles_dir))
     prefixes = {d.name for d in roles_dir.iterdir() if d.is_dir()} if roles_dir.is_dir() else set()
     return specs, prefixes
@@ -435,7 +423,9 @@ def _check_spec(name: str, value: Any, source: str, specs: dict[str, dict[str, A
     if problem:
         raise InventoryError(
             f"{source}: {name}={values.shown(value)} {problem}",
-            str(spec["description"]) if isinstance(spec.get("description"), str) else f"see roles/{spec.get('role', '')}/README.md",
+            str(spec["description"])
+            if isinstance(spec.get("description"), str)
+            else f"see the README of the role megaprov.cluster.{spec.get('role', '')}",
         )
 
 
@@ -645,8 +635,7 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
 
     all_vars: dict[str, dict[str, Any]] = {}
     if defaults is not None and defaults.is_file():
-        default_data = _load_yaml_vars(defaults)
-        all_vars["all"] = dict((default_data.get("all") or {}).get("vars") or {})
+        all_vars["all"] = dict(_load_yaml_vars(defaults))  # a role's defaults/main.yml: the lowest precedence
     for group, section_vars in gvars.items():
         validate_vars(section_vars, f"{path} [{group}:vars]", specs, prefixes)
         all_vars.setdefault(group, {}).update(section_vars)

@@ -373,7 +373,12 @@ def _host_key(node: Node, deadline: float) -> str:
 
 
 def lab_dir(root: Path, lab: str) -> Path:
-    return root / "inventories" / "lab" / lab
+    """A lab's inventory, keys and known_hosts under megaprov's state directory ``root``."""
+    return root / "lab" / lab
+
+
+def inventory_path(root: Path, lab: str) -> Path:
+    return lab_dir(root, lab) / "inventory.ini"
 
 
 def share_host_dir(lab: str) -> Path:

@@ -10,20 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from megaprov import paths
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import runner
 from megaprov.cluster.stages import KNOWN_TAGS, STAGES
 from megaprov.errors import ExitCode, UsageError
 from megaprov.output import RunProgress, console, host_table, verdict_table
-from megaprov.paths import fact_cache_dir, project_root, state_dir
+from megaprov.paths import fact_cache_dir, state_dir
 
-FACTS_ACTION = "megaprov_node_facts"
-MESH_ACTION = "megaprov_ssh_check"
-SHARED_ACTION = "megaprov_shared_check"
-FABRIC_ACTION = "megaprov_rdma_facts"
-GPU_ACTION = "megaprov_gpu_state"
-NCCL_ACTION = "megaprov_nccl_check"
-COMPUTE_ACTION = "megaprov_compute_rate"
+FACTS_ACTION = "megaprov.cluster.node_facts"
+MESH_ACTION = "megaprov.cluster.ssh_check"
+SHARED_ACTION = "megaprov.cluster.shared_check"
+FABRIC_ACTION = "megaprov.cluster.rdma_facts"
+GPU_ACTION = "megaprov.cluster.gpu_state"
+NCCL_ACTION = "megaprov.cluster.nccl_check"
+COMPUTE_ACTION = "megaprov.cluster.compute_rate"
 
 
 @dataclass(frozen=True)
@@ -93,23 +94,22 @@ def check_tags(flag: str, tags: tuple[str, ...]) -> None:
 
 def prepare(request: Request, playbook: str, label: str) -> tuple[runner.RunSpec, inv.Inventory]:
     """Everything that can be checked without a host; raises before anything is contacted."""
-    root = project_root()
-    inventory = inv.load(request.inventory, root / "roles", defaults=root / "inventories" / "defaults.yml")
+    inventory = inv.load(request.inventory, paths.roles_dir(), defaults=paths.cluster_defaults())
     opts = request.options
-    specs, prefixes = inv.all_specs(root / "roles")
+    specs, prefixes = inv.all_specs(paths.roles_dir())
     inv.validate_vars(opts.extravars, "-e", specs, prefixes)
     runner.as_data(dict(opts.extravars), "-e")  # names and types Ansible can take, checked before a run directory exists
     if opts.extravars:  # -e cuda_version=... must not slip past the checks the inventory's own values passed
-        inv.gpu_stack_checks(inv.with_extra_vars(inventory, dict(opts.extravars)), root / "roles")
+        inv.gpu_stack_checks(inv.with_extra_vars(inventory, dict(opts.extravars)), paths.roles_dir())
     check_tags("--tags", opts.tags)
     check_tags("--skip-tags", opts.skip_tags)
     if opts.limit:
         check_limit(opts.limit, inventory)
     spec = runner.RunSpec(
-        playbook=root / "playbooks" / playbook,
-        inventories=(root / "inventories" / "defaults.yml", inventory.path),
+        playbook=paths.playbook(playbook),
+        inventories=(inventory.path,),
         private_data_dir=runner.new_private_dir(state_dir(), label),
-        project_root=root,
+        collections_root=paths.collections_root(),
         fact_cache_dir=fact_cache_dir(inventory.path),
         options=opts,
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from megaprov.errors import EnvironmentProblem, UsageError
+from megaprov.paths import ANSIBLE_CFG
 from megaprov.values import VARIABLE
 
 STRATEGIES = ("linear", "free", "mitogen")
@@ -47,7 +48,7 @@ class RunSpec:
     playbook: Path
     inventories: tuple[Path, ...]
     private_data_dir: Path
-    project_root: Path
+    collections_root: Path
     fact_cache_dir: Path
     options: RunOptions = field(default_factory=RunOptions)
 
@@ -161,7 +162,9 @@ def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str 
     if opts.flush_cache:
         cmdline.append("--flush-cache")
     envvars = {
-        "ANSIBLE_CONFIG": str(spec.project_root / "ansible.cfg"),
+        "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+        # megaprov runs its own copy of the collection, whatever else the user has installed.
+        "ANSIBLE_COLLECTIONS_PATH": str(spec.collections_root),
         # ansible-runner turns host key checking off unless told otherwise: keys stay pinned.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_CACHE_PLUGIN": "jsonfile",
@@ -176,7 +179,7 @@ def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str 
         envvars["ANSIBLE_STRATEGY"] = opts.strategy
     kwargs: dict[str, Any] = {
         "private_data_dir": str(spec.private_data_dir),
-        "project_dir": str(spec.project_root),
+        "project_dir": str(spec.collections_root / "ansible_collections" / "megaprov" / "cluster"),
         "playbook": str(spec.playbook),
         "inventory": [str(p) for p in spec.inventories],
         "envvars": envvars,

@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 
 from megaprov.errors import EnvironmentProblem
-from megaprov.paths import cached_dir
+from megaprov.paths import cache_dir, cached_dir
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "megaprov" / "wheelhouse"
 # What the lab's CPU nodes run: torch (CPU build) and megatron-core; torch's CPU wheels come from
 # MEGAPROV_TORCH_INDEX (e.g. https://download.pytorch.org/whl/cpu) or pip's configured find-links.
 LAB_REQUIREMENTS = (os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"), "megatron-core==0.16.1", "six", "regex", "einops")
@@ -26,7 +25,7 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x8
 def build(
     requirements: tuple[str, ...] = LAB_REQUIREMENTS,
     python_version: str = "3.11",
-    cache: Path = CACHE,
+    cache: Path | None = None,
     index_url: str | None = None,
     cpu_only: bool = True,
 ) -> Path:
@@ -34,7 +33,7 @@ def build(
     index_url = index_url if index_url is not None else os.environ.get("MEGAPROV_TORCH_INDEX")
     key = "\n".join([*requirements, python_version, index_url or ""])
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    final = cache / f"py{python_version.replace('.', '')}-{digest}"
+    final = (cache or cache_dir() / "wheelhouse") / f"py{python_version.replace('.', '')}-{digest}"
 
     def download(tmp: Path) -> None:
         args = [

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megaprov import values
+from megaprov import paths, values
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import runner
 from megaprov.errors import EnvironmentProblem, ExitCode, MegaprovError, UsageError
 from megaprov.output import RunProgress
 from megaprov.owner import as_owner_of
-from megaprov.paths import PACKAGE_DIR, fact_cache_dir, project_root, state_dir
+from megaprov.paths import PACKAGE_DIR, fact_cache_dir, state_dir
 from megaprov.training import follow, jobmeta, render, verdict
 from megaprov.training.jobspec import JobSpec
 from megaprov.training.planner import Cluster, Plan
@@ -71,8 +71,7 @@ def controller_root(found: inv.Inventory, shared: str) -> Path:
 
 def shared_view(inventory_path: str | Path) -> Path:
     """Where this machine sees the shared directory of the cluster in ``inventory_path``."""
-    root = project_root()
-    found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
+    found = inv.load(inventory_path, paths.roles_dir(), paths.cluster_defaults())
     return controller_root(found, str(found.host_var(found.hosts_of("gpu_nodes")[0], "megaprov_shared_dir", "/shared")))
 
 
@@ -164,12 +163,11 @@ def _report_verdict(path: Path) -> str | None:
 def _play(
     job: Job, playbook: str, job_vars: dict[str, Any], quiet: bool, collect: tuple[str, ...] = (), strategy: str = "linear"
 ) -> runner.RunResult:
-    root = project_root()
     spec = runner.RunSpec(
-        playbook=root / "playbooks" / playbook,
-        inventories=(root / "inventories" / "defaults.yml", job.inventory),
+        playbook=paths.playbook(playbook),
+        inventories=(job.inventory,),
         private_data_dir=runner.new_private_dir(state_dir(), playbook.removesuffix(".yml")),
-        project_root=root,
+        collections_root=paths.collections_root(),
         fact_cache_dir=fact_cache_dir(job.inventory),
         options=runner.RunOptions(extravars={"megaprov_job": job_vars}, strategy=strategy),
     )
@@ -282,8 +280,7 @@ def start(
     strategy: str = "linear",
 ) -> Job:
     """Stage the job's files, check and start every node's unit; on any failure nothing is left running."""
-    root = project_root()
-    found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
+    found = inv.load(inventory_path, paths.roles_dir(), paths.cluster_defaults())
     hosts = [n.host for n in rendered.nodes]
     job = locate(found, spec.name, cluster.shared_dir, hosts, rendered.checkpoint_dir)
     exists = (job.local_dir / "job.json").is_file()

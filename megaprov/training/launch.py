@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from megaprov import paths
 from megaprov.cluster import inventory as inv
 from megaprov.errors import UsageError
-from megaprov.paths import project_root
 from megaprov.training import jobspec, nodefacts, planner, rates, render
 from megaprov.training.jobspec import JobSpec, JobSpecError
 
@@ -38,8 +38,7 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
         gpu = _gpu(shape.gpu or "cpu", "--gpu")
         hosts = [(f"node{i}", f"node{i}") for i in range(nodes)]
         return planner.Cluster(nodes, gpn, gpu), hosts
-    root = project_root()
-    found = inv.load(inventory_path, root / "roles", root / "inventories" / "defaults.yml")
+    found = inv.load(inventory_path, paths.roles_dir(), paths.cluster_defaults())
     names = found.hosts_of("gpu_nodes")
     first = names[0]
     hosts = [(n, str(found.host_var(n, "ansible_host", n))) for n in names]

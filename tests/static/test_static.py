@@ -31,8 +31,8 @@ def test_ansible_lint_production_profile():
     proc = run(
         str(BIN / "ansible-lint"),
         "--offline",
-        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
-        ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+        # megaprov.cluster from this checkout (FQCN roles, modules and filters), the test collections after it
+        ANSIBLE_COLLECTIONS_PATH=f"{ROOT}{os.pathsep}{ROOT / '.collections'}",
         PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -51,9 +51,9 @@ HOST_KEY_CHECKING_OFF = re.compile(
     rf"(?i)(?:stricthostkeychecking|strict_host_key_checking){_SEP}(?:no|off|false|accept-new)(?![\w.-])"
     rf"|(?<![\w-])(?:ansible_)?(?:ssh_)?host_key_checking{_SEP}(?:no|off|false|0|n|f)(?![\w.-])"
 )
-# What ships: roles (tasks, templates, modules), playbooks, inventories, scripts, the package, ansible.cfg. Markdown
-# is left out: the READMEs name the forbidden settings to say they are never used.
-SHIPPED = ("roles", "playbooks", "inventories", "scripts", "megaprov")
+# What ships: the collection (roles, playbooks, modules), inventories, scripts, the package with its ansible.cfg.
+# Markdown is left out: the READMEs name the forbidden settings to say they are never used.
+SHIPPED = ("ansible_collections", "inventories", "scripts", "megaprov")
 
 
 def _shipped_files():
@@ -61,7 +61,6 @@ def _shipped_files():
         for path in sorted((ROOT / top).rglob("*")):
             if path.is_file() and path.suffix != ".md" and "__pycache__" not in path.parts:
                 yield path
-    yield ROOT / "ansible.cfg"
 
 
 @pytest.mark.parametrize(
@@ -108,7 +107,11 @@ def test_host_key_checking_is_never_turned_off():
     """No shipped file turns StrictHostKeyChecking or Ansible's host key checking off, in any spelling."""
     scanned = list(_shipped_files())
     # the files that set the policy are among those scanned (a wrong root would make this test pass on nothing)
-    assert {ROOT / "roles/ssh_mesh/templates/ssh_config.conf.j2", ROOT / "megaprov/cluster/lab.py", ROOT / "ansible.cfg"} <= set(scanned)
+    assert {
+        ROOT / "ansible_collections/megaprov/cluster/roles/ssh_mesh/templates/ssh_config.conf.j2",
+        ROOT / "megaprov/cluster/lab.py",
+        ROOT / "megaprov/ansible.cfg",
+    } <= set(scanned)
     found = []
     for path in scanned:
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):

@@ -1,4 +1,4 @@
-"""The driver x CUDA x torch x GPU table (megaprov/cluster/compat.yml) and its rules; the roles apply the same table."""
+"""The driver x CUDA x torch x GPU table (the collection's meta/compat.yml) and its rules; the roles apply the same table."""
 
 from pathlib import Path
 
@@ -21,9 +21,11 @@ def render():
     init_plugin_loader()
 
     def _render(role, variables, expr):
-        role_vars = yaml.safe_load((ROOT / "roles" / role / "vars/main.yml").read_text())
+        role_vars = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles" / role / "vars/main.yml").read_text())
         role_vars = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in role_vars.items()}
-        templar = Templar(loader=DataLoader(), variables={**role_vars, "role_path": str(ROOT / "roles" / role), **variables})
+        templar = Templar(
+            loader=DataLoader(), variables={**role_vars, "role_path": str(ROOT / "ansible_collections/megaprov/cluster/roles" / role), **variables}
+        )
         return templar.template(trust_as_template(expr))
 
     return _render
@@ -48,11 +50,6 @@ def test_every_row_names_a_source_that_exists():
             assert set(build["gpus"]) <= set(data["generations"]), (release, tag)
         assert row["aarch64"] is None or set(row["aarch64"]) <= set(row["builds"]), release
         assert row["pypi"] is None or row["pypi"] in row["builds"], release
-
-
-def test_the_table_is_package_data():
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    assert '"megaprov" = ["compat.yml"]' in pyproject
 
 
 def test_driver_branch_to_newest_cuda_follows_nvidia_release_notes():
@@ -115,7 +112,10 @@ def test_the_cuda_role_reads_the_same_driver_table(render):
 def test_the_defaults_fit_together():
     """cuda 13.0 (roles/cuda), torch 2.13.0 (roles/pytorch) and driver branch 580 (roles/nvidia_driver) on every GPU the
     table knows but Volta, which CUDA 13 and R590 dropped."""
-    defaults = {role: yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()) for role in ("cuda", "pytorch", "nvidia_driver")}
+    defaults = {
+        role: yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles" / role / "defaults" / "main.yml").read_text())
+        for role in ("cuda", "pytorch", "nvidia_driver")
+    }
     cuda, torch, branch = defaults["cuda"]["cuda_version"], defaults["pytorch"]["pytorch_version"], defaults["nvidia_driver"]["nvidia_driver_branch"]
     assert (cuda, torch, branch) == ("13.0", "2.13.0", "580")
     assert compat.derive_tag(torch, cuda) == "cu130"
@@ -199,7 +199,7 @@ def test_the_defaults_fit_together():
         ),
         (
             Stack("580", "13.0", torch="2.15.0"),
-            "pytorch_version=2.15.0 is a torch release megaprov has no CUDA build table for (megaprov/cluster/compat.yml): set pytorch_cuda_tag "
+            "pytorch_version=2.15.0 is a torch release megaprov has no CUDA build table for (the collection's meta/compat.yml): set pytorch_cuda_tag "
             "(e.g. cu130) yourself, or use torch 2.6-2.14",
         ),
         (
@@ -286,7 +286,9 @@ def test_the_gpu_check_takes_cuda_from_the_toolkit_not_from_nvidia_smi(tmp_path)
     assert settings["nccl_tests_dir"] == str(work / "shared/opt/nccl-tests") and (work / "shared/megaprov/baselines").is_dir()
     assert settings["megaprov_shared_dir"] == str(work / "shared")
     summary = proc.stdout.split("== summary", 1)[1]
-    assert "driver: 575.57.08 (branch 575; runs CUDA <= 12.9 by nvidia-smi, <= 12.9 by megaprov/cluster/compat.yml)" in summary
+    assert (
+        "driver: 575.57.08 (branch 575; runs CUDA <= 12.9 by nvidia-smi, <= 12.9 by the collection's meta/compat.yml)" in summary
+    )
     assert "CUDA: toolkit 12.8; megaprov uses cuda_method=preinstalled cuda_version=12.8, torch build cu126" in summary
     assert "torch: " in summary and "nccl-tests: " in summary and "train (pretrain_gpt.py): " in summary
     assert proc.returncode == 1  # no torch environment on this machine: the torch step fails, and the script says so

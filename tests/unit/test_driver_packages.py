@@ -13,7 +13,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-ROLE = Path(__file__).resolve().parents[2] / "roles" / "nvidia_driver"
+ROLE = Path(__file__).resolve().parents[2] / "ansible_collections/megaprov/cluster/roles" / "nvidia_driver"
 
 OS_FACTS = {
     "Debian": {"ansible_distribution": "Debian", "ansible_distribution_version": "12.8", "ansible_distribution_major_version": "12"},

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-ROLE = Path(__file__).resolve().parents[2] / "roles" / "nvidia_driver"
+ROLE = Path(__file__).resolve().parents[2] / "ansible_collections/megaprov/cluster/roles" / "nvidia_driver"
 
 
 def flat(name="main.yml"):

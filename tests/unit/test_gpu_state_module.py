@@ -1,4 +1,4 @@
-"""The nvidia_driver role's read-only state module (roles/nvidia_driver/library/megaprov_gpu_state.py): Secure Boot,
+"""The nvidia_driver role's read-only state module (ansible_collections/megaprov/cluster/plugins/modules/gpu_state.py): Secure Boot,
 the loaded and installed driver, the GPUs on the PCI bus, and the action the role takes next, on fake trees; main()
 end to end with fake dpkg-query, nvidia-smi and mokutil on PATH."""
 
@@ -11,7 +11,8 @@ from tests.conftest import load_module
 from tests.helpers import modules
 
 ROOT = Path(__file__).resolve().parents[2]
-state = load_module(ROOT / "roles" / "nvidia_driver" / "library" / "megaprov_gpu_state.py", "megaprov_gpu_state")
+COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
+state = load_module(COLLECTION / "plugins" / "modules" / "gpu_state.py", "gpu_state")
 
 # The EFI global-variable GUID of the UEFI specification; the file is 4 attribute bytes, then the 1-byte value.
 SB = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"

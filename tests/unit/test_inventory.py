@@ -7,8 +7,8 @@ from megaprov.cluster import inventory as inv
 from megaprov.errors import InventoryError
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ROOT / "roles"
-DEFAULTS = ROOT / "inventories" / "defaults.yml"
+ROLES = ROOT / "ansible_collections/megaprov/cluster/roles"
+DEFAULTS = ROOT / "ansible_collections/megaprov/cluster/roles/megaprov/defaults/main.yml"
 
 
 def write(tmp_path, text, group_vars=None):
@@ -127,13 +127,25 @@ def test_missing_and_yaml_inventories(tmp_path):
         load(tmp_path / "hosts.yml")
 
 
-def test_cluster_vars_match_the_defaults_file():
+def test_the_cluster_settings_are_the_megaprov_roles_options():
+    """The megaprov_* settings are the options of the collection's `megaprov` role: its defaults pass their own types,
+    and every megaprov_* variable a playbook or role reads (but megaprov_job, megaprov's extra var) is one of them."""
+    import re
+
     import yaml
 
-    defaults = yaml.safe_load(DEFAULTS.read_text())["all"]["vars"]
-    assert set(defaults) == set(inv.CLUSTER_VARS)
+    defaults = yaml.safe_load(DEFAULTS.read_text())
+    specs = inv.role_specs(ROLES)
+    assert {name for name, spec in specs.items() if spec["role"] == "megaprov"} == set(defaults)
     for name, value in defaults.items():
-        assert inv.check_type(name, value, inv.CLUSTER_VARS[name]) is None, name
+        assert inv.check_type(name, value, specs[name]) is None, name
+    collection = ROLES.parent
+    read = set()
+    for path in [*collection.glob("playbooks/*.yml"), *ROLES.glob("*/*/*.yml"), *ROLES.glob("*/templates/*.j2")]:
+        read |= set(re.findall(r"\b(megaprov_[a-z_]+)\b", path.read_text()))
+    # local facts (facts.d), a registered result and the extra var megaprov passes
+    local_facts = {"megaprov_preflight", "megaprov_compute", "megaprov_python", "megaprov_fabric", "megaprov_job", "megaprov_job_unit_state"}
+    assert read - local_facts <= set(defaults), sorted(read - local_facts - set(defaults))
 
 
 def test_the_example_inventory_is_valid():
@@ -160,7 +172,9 @@ def test_storage_settings_are_checked_before_connecting(tmp_path, extra, message
     path = tmp_path / "inventory.ini"
     path.write_text(STORAGE_BASE + extra)
     with pytest.raises(InventoryError) as info:
-        inv.load(path, ROOT / "roles", ROOT / "inventories" / "defaults.yml")
+        inv.load(
+            path, ROOT / "ansible_collections/megaprov/cluster/roles", ROOT / "ansible_collections/megaprov/cluster/roles/megaprov/defaults/main.yml"
+        )
     assert message in str(info.value)
 
 
@@ -172,7 +186,7 @@ def test_storage_settings_are_checked_before_connecting(tmp_path, extra, message
             "nvidia_driver_branch=535 (host gpu01) is too old for cuda_version=12.4, which needs driver branch >= 550",
         ),
         ("cuda_version: '12.7'\n", "cuda_version=12.7 (host gpu01) is not a CUDA toolkit release"),
-        # The old defaults (driver 550, CUDA 12.4) with torch 2.13: cu124 ends at torch 2.6 (megaprov/cluster/compat.yml).
+        # The old defaults (driver 550, CUDA 12.4) with torch 2.13: cu124 ends at torch 2.6 (the collection's meta/compat.yml).
         (
             "nvidia_driver_branch: '550'\ncuda_version: '12.4'\n",
             "pytorch_version=2.13.0 (host gpu01) has no CUDA 12 build for cuda_version=12.4 (torch 2.13 is built for CUDA 12.6, 13.0, 13.2",

@@ -12,8 +12,8 @@ from megaprov.cluster import inventory as inv
 from megaprov.errors import InventoryError
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ROOT / "roles"
-DEFAULTS = ROOT / "inventories" / "defaults.yml"
+ROLES = ROOT / "ansible_collections/megaprov/cluster/roles"
+DEFAULTS = ROOT / "ansible_collections/megaprov/cluster/roles/megaprov/defaults/main.yml"
 BASE = "[head]\nh1\n[gpu_nodes]\nn1\n"
 
 
@@ -303,11 +303,11 @@ def test_an_empty_variables_file_is_no_variables(tmp_path):
 def test_a_type_error_hint_is_the_option_description(tmp_path):
     err = refused(write(tmp_path, BASE, {"group_vars/all.yml": "megaprov_gpus_per_node: many\n"}))
     assert err.message.endswith("group_vars/all.yml: megaprov_gpus_per_node='many' must be a whole number")
-    assert err.hint == "GPUs each gpu_nodes host must have (0: any)"
+    assert err.hint == "GPUs each gpu_nodes host must have (0: any)."  # the megaprov role's argument spec
     spec = {"type": "int", "role": "nccl"}  # an option without a description points at its role's README
     with pytest.raises(InventoryError) as info:
         inv._check_spec("nccl_x", "many", "f", {"nccl_x": spec}, {"nccl"})
-    assert info.value.hint == "see roles/nccl/README.md"
+    assert info.value.hint == "see the README of the role megaprov.cluster.nccl"
 
 
 # ---- the inventory as a whole
@@ -590,7 +590,7 @@ def test_role_specs_and_their_roles(tmp_path):
     (tmp_path / "r" / "bare" / "meta" / "argument_specs.yml").write_text("argument_specs:\n  main: {}\n")
     assert inv.role_specs(tmp_path / "r") == {}
     specs, prefixes = inv.all_specs(tmp_path / "none")
-    assert prefixes == set() and set(specs) == set(inv.ANSIBLE_VARS) | set(inv.CLUSTER_VARS)
+    assert prefixes == set() and set(specs) == set(inv.ANSIBLE_VARS)
 
 
 @pytest.mark.parametrize(

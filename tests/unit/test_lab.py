@@ -26,7 +26,11 @@ def test_the_lab_inventory_passes_validation(tmp_path):
     (tmp_path / "group_vars" / "all.yml").write_text(group_vars)
     (tmp_path / "inventory.ini").write_text(text)
     root = Path(__file__).resolve().parents[2]
-    loaded = inv.load(tmp_path / "inventory.ini", root / "roles", root / "inventories" / "defaults.yml")
+    loaded = inv.load(
+        tmp_path / "inventory.ini",
+        root / "ansible_collections/megaprov/cluster/roles",
+        root / "ansible_collections/megaprov/cluster/roles/megaprov/defaults/main.yml",
+    )
     assert loaded.host_var("node2", "megaprov_gpu_expected") is False
     # node1's Ganesha exports the raw volume; the nodes train on /shared (megaprov_shared_dir), root-squashed
     assert loaded.host_var("node1", "nfs_server_export_dir") == lab.LAB_EXPORT_DIR != lab.LAB_SHARED_DIR

@@ -40,7 +40,12 @@ def run(tmp_path: Path, role: str, torch_cuda: str, nvcc: str | None) -> subproc
         cuda_home: {tmp_path / "cuda"}
 """
     )
-    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_CONFIG": str(tmp_path / "none.cfg")}
+    env = {
+        **os.environ,
+        "ANSIBLE_ROLES_PATH": str(ROOT / "ansible_collections/megaprov/cluster/roles"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"),
+    }
     return subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}", str(play)],
         capture_output=True,

@@ -202,7 +202,7 @@ def test_the_cluster_carries_the_facts_the_python_stage_left(tmp_path, monkeypat
 
 def test_the_role_check_renders_by_the_same_rules():
     """roles/megatron/files holds a byte-identical copy of the rules its build check applies."""
-    assert (ROOT / "roles/megatron/files/impl-core_v0.16.1.json").read_bytes() == (
+    assert (ROOT / "ansible_collections/megaprov/cluster/roles/megatron/files/impl-core_v0.16.1.json").read_bytes() == (
         ROOT / "megaprov/training/megatron/impl-core_v0.16.1.json"
     ).read_bytes()
 
@@ -210,7 +210,9 @@ def test_the_role_check_renders_by_the_same_rules():
 def _check_script():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("megatron_build_check", ROOT / "roles/megatron/files/megatron_build_check.py")
+    spec = importlib.util.spec_from_file_location(
+        "megatron_build_check", ROOT / "ansible_collections/megaprov/cluster/roles/megatron/files/megatron_build_check.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

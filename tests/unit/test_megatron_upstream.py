@@ -26,7 +26,7 @@ from megaprov.training import jobspec, nodefacts, render
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
 CHECKOUT = os.environ.get("MEGAPROV_MEGATRON_LM", "")
-SCRIPT = ROOT / "roles" / "megatron" / "files" / "megatron_build_check.py"
+SCRIPT = ROOT / "ansible_collections/megaprov/cluster/roles" / "megatron" / "files" / "megatron_build_check.py"
 EXAMPLES = sorted(p.stem for p in JOBS.glob("*.yml") if jobspec.load(p).launch.trainer == "megatron-lm")
 STACKS = {
     "roles' defaults": nodefacts.NodeStack(hosts=("n",)),

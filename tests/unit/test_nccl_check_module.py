@@ -1,4 +1,4 @@
-"""The nccl role's judge of an nccl-tests run (roles/nccl/library/megaprov_nccl_check.py): the result table, the
+"""The nccl role's judge of an nccl-tests run (ansible_collections/megaprov/cluster/plugins/modules/nccl_check.py): the result table, the
 out-of-bounds count, the transports NCCL chose, the baseline, and the module run end to end on a fake binary.
 
 The output lines follow nccl-tests' own printf formats (NVIDIA/nccl-tests, read at v2.19.6, commit a0b82b2):
@@ -25,7 +25,8 @@ from tests.conftest import load_module
 from tests.helpers import modules
 
 ROOT = Path(__file__).resolve().parents[2]
-nccl = load_module(ROOT / "roles" / "nccl" / "library" / "megaprov_nccl_check.py", "megaprov_nccl_check")
+COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
+nccl = load_module(COLLECTION / "plugins" / "modules" / "nccl_check.py", "nccl_check")
 
 HEADER = [
     "# nccl-tests version 2.19.6 nccl-headers=23007 nccl-library=23007",

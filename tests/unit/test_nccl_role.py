@@ -14,8 +14,8 @@ import yaml
 from tests.conftest import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLE = ROOT / "roles" / "nccl"
-nccl = load_module(ROLE / "library" / "megaprov_nccl_check.py", "megaprov_nccl_check_role")
+ROLE = ROOT / "ansible_collections/megaprov/cluster/roles" / "nccl"
+nccl = load_module(ROOT / "ansible_collections/megaprov/cluster/plugins/modules/nccl_check.py", "nccl_check_role")
 info = load_module(ROLE / "files" / "nccl_info.py", "nccl_info")
 
 ROW = "     8388608       2097152     float     sum      -1    71.46  117.39  205.43      0    70.91  118.30  207.02      0"
@@ -105,7 +105,7 @@ def test_mpi_home_follows_the_node_architecture(arch, home):
 )
 def test_one_architecture_per_gpu_model(model, gencode):
     """The model's capability comes from megaprov's compatibility table: every model megaprov accepts is known here."""
-    compat = yaml.safe_load((ROOT / "megaprov" / "compat.yml").read_text())
+    compat = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/meta/compat.yml").read_text())
     arch = render(VARS["__nccl_arch"], __nccl_compat=compat, megaprov_gpu_model=model)
     assert render(VARS["__nccl_gencode"], __nccl_arch=arch, nccl_tests_gencode="auto") == gencode
 

@@ -4,7 +4,7 @@ import pytest
 
 from tests.conftest import ROOT, load_module
 
-facts = load_module(ROOT / "roles/preflight/library/megaprov_node_facts.py", "megaprov_node_facts")
+facts = load_module(ROOT / "ansible_collections/megaprov/cluster/plugins/modules/node_facts.py", "megaprov_node_facts")
 
 REQ = {
     "min_write_mb_s": 1000,
@@ -177,7 +177,7 @@ def test_requirements_are_all_needed(missing):
 
 # ---- the compute rate (megaprov_compute_rate)
 
-compute = load_module(ROOT / "roles/preflight/library/megaprov_compute_rate.py", "megaprov_compute_rate")
+compute = load_module(ROOT / "ansible_collections/megaprov/cluster/plugins/modules/compute_rate.py", "megaprov_compute_rate")
 
 CPU_RUN = (
     '{"backend": "torch-cpu", "devices": [{"index": 0, "name": "AMD EPYC", "tflops": 0.0156, "cpus": 2}], '

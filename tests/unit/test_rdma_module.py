@@ -11,7 +11,8 @@ from tests.conftest import load_module
 from tests.helpers import modules
 
 ROOT = Path(__file__).resolve().parents[2]
-rdma = load_module(ROOT / "roles" / "infiniband" / "library" / "megaprov_rdma_facts.py", "megaprov_rdma_facts")
+COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
+rdma = load_module(COLLECTION / "plugins" / "modules" / "rdma_facts.py", "rdma_facts")
 
 
 def pci_device(root: Path, chain: list[str], numa: int = 0, vendor: str = "", klass: str = "") -> Path:
@@ -206,7 +207,7 @@ def test_rdma_stack_detection(tmp_path):
     assert rdma.open_kernel_modules("") is None
 
 
-bw = load_module(ROOT / "roles" / "infiniband" / "library" / "megaprov_ib_write_bw.py", "megaprov_ib_write_bw")
+bw = load_module(COLLECTION / "plugins" / "modules" / "ib_write_bw.py", "ib_write_bw")
 
 # perftest's result table (ib_write_bw -D 5 -F --report_gbits), as printed by the client.
 IB_WRITE_BW_OUTPUT = """\
@@ -236,7 +237,7 @@ def test_ib_write_bw_on_roce_names_the_gid():
     assert bw.argv("mlx5_0", 18515, 5, None, None, 2) == ["ib_write_bw", "-d", "mlx5_0", "-i", "2", "-p", "18515", "-D", "5", "-F", "--report_gbits"]
 
 
-IB_ROLE = ROOT / "roles" / "infiniband"
+IB_ROLE = ROOT / "ansible_collections/megaprov/cluster/roles" / "infiniband"
 
 
 def test_doca_path_installs_its_prerequisites_first_and_restarts_openibd_without_a_reboot():

@@ -14,11 +14,11 @@ from tests.conftest import ROOT, load_module
 from tests.helpers import modules
 
 MODULES = {
-    "nccl_check": "roles/nccl/library/megaprov_nccl_check.py",
-    "gpu_state": "roles/nvidia_driver/library/megaprov_gpu_state.py",
-    "rdma_facts": "roles/infiniband/library/megaprov_rdma_facts.py",
-    "shared_check": "roles/nfs_client/library/megaprov_shared_check.py",
-    "ssh_check": "roles/ssh_mesh/library/megaprov_ssh_check.py",
+    "nccl_check": "ansible_collections/megaprov/cluster/plugins/modules/nccl_check.py",
+    "gpu_state": "ansible_collections/megaprov/cluster/plugins/modules/gpu_state.py",
+    "rdma_facts": "ansible_collections/megaprov/cluster/plugins/modules/rdma_facts.py",
+    "shared_check": "ansible_collections/megaprov/cluster/plugins/modules/shared_check.py",
+    "ssh_check": "ansible_collections/megaprov/cluster/plugins/modules/ssh_check.py",
 }
 # Check mode: the nccl check runs a benchmark (no check mode); the others read, or skip their write in check mode.
 CHECK_MODE = {"nccl_check": False, "gpu_state": True, "rdma_facts": True, "shared_check": True, "ssh_check": True}

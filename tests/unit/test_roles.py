@@ -9,17 +9,17 @@ import yaml
 from megaprov.cluster.stages import KNOWN_TAGS, STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+ROLES = sorted(p.name for p in (ROOT / "ansible_collections/megaprov/cluster/roles").iterdir() if p.is_dir())
 
 
 def spec_options(role):
-    data = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    data = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles" / role / "meta" / "argument_specs.yml").read_text())
     return data["argument_specs"]["main"]["options"]
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_defaults_and_argument_specs_agree(role):
-    defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+    defaults = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles" / role / "defaults" / "main.yml").read_text()) or {}
     options = spec_options(role)
     assert set(defaults) == set(options)
     for name, option in options.items():
@@ -35,7 +35,7 @@ def test_defaults_and_argument_specs_agree(role):
 
 @pytest.mark.parametrize("role", ROLES)
 def test_readme_lists_exactly_the_spec_variables(role):
-    readme = (ROOT / "roles" / role / "README.md").read_text()
+    readme = (ROOT / "ansible_collections/megaprov/cluster/roles" / role / "README.md").read_text()
     documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", readme, flags=re.M))
     assert documented == set(spec_options(role))
     for heading in ("## Requirements", "## Role Variables", "## Dependencies", "## Example Playbook"):
@@ -44,7 +44,7 @@ def test_readme_lists_exactly_the_spec_variables(role):
 
 @pytest.mark.parametrize("role", ROLES)
 def test_internal_variables_are_double_underscored(role):
-    for path in (ROOT / "roles" / role).rglob("*.yml"):
+    for path in (ROOT / "ansible_collections/megaprov/cluster/roles" / role).rglob("*.yml"):
         data = yaml.safe_load(path.read_text())
         for task in data if isinstance(data, list) else []:
             registered = task.get("register")
@@ -54,7 +54,7 @@ def test_internal_variables_are_double_underscored(role):
 
 @pytest.mark.parametrize("role", ROLES)
 def test_templates_start_with_ansible_managed(role):
-    for template in (ROOT / "roles" / role / "templates").glob("*.j2"):
+    for template in (ROOT / "ansible_collections/megaprov/cluster/roles" / role / "templates").glob("*.j2"):
         text = template.read_text()
         if template.name == "hosts.j2":  # a block inside /etc/hosts: blockinfile writes the marker
             continue
@@ -62,26 +62,29 @@ def test_templates_start_with_ansible_managed(role):
 
 
 def test_stages_match_the_bootstrap_playbook():
-    boot = yaml.safe_load((ROOT / "playbooks" / "bootstrap.yml").read_text())
+    boot = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/playbooks" / "bootstrap.yml").read_text())
     imported = [Path(step["ansible.builtin.import_playbook"]).stem for step in boot]
     assert imported == [name for name, _ in STAGES]
     for name in imported:
-        plays = yaml.safe_load((ROOT / "playbooks" / f"{name}.yml").read_text())
+        plays = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/playbooks" / f"{name}.yml").read_text())
         assert name in plays[0]["tags"], f"the {name} stage play must carry the tag {name}"
         for play in plays:
-            for role in play.get("roles", []):
-                assert role["role"] in KNOWN_TAGS
+            roles = [role["role"] for role in play.get("roles", [])]
+            # the cluster-wide settings first (role defaults), then the stage's roles, all by FQCN
+            assert roles[0] == "megaprov.cluster.megaprov", (name, play["name"])
+            for role in roles[1:]:
+                assert role.startswith("megaprov.cluster.") and role.removeprefix("megaprov.cluster.") in KNOWN_TAGS, role
 
 
 def test_no_role_depends_on_another():
     for role in ROLES:
-        meta = yaml.safe_load((ROOT / "roles" / role / "meta" / "main.yml").read_text())
+        meta = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles" / role / "meta" / "main.yml").read_text())
         assert meta.get("dependencies") == []
 
 
 def test_secrets_are_never_logged():
     """Every task that creates, reads or writes the cluster private key runs with no_log."""
-    keys = yaml.safe_load((ROOT / "roles/ssh_mesh/tasks/keys.yml").read_text())
+    keys = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles/ssh_mesh/tasks/keys.yml").read_text())
     private = re.compile(r"id_ed25519(?!\.pub)")
     handling = [t for t in keys if any(m in t for m in ("ansible.builtin.command", "ansible.builtin.slurp", "ansible.builtin.copy"))]
     secret = [t for t in handling if private.search(str(t)) or "results[0]" in str(t)]
@@ -103,7 +106,9 @@ def _tags(node):
 
 def test_every_tag_in_roles_and_playbooks_is_accepted_by_the_cli():
     used = set()
-    for path in list((ROOT / "roles").rglob("tasks/*.yml")) + list((ROOT / "playbooks").glob("*.yml")):
+    for path in list((ROOT / "ansible_collections/megaprov/cluster/roles").rglob("tasks/*.yml")) + list(
+        (ROOT / "ansible_collections/megaprov/cluster/playbooks").glob("*.yml")
+    ):
         used |= set(_tags(yaml.safe_load(path.read_text())))
     assert used <= KNOWN_TAGS, used - KNOWN_TAGS
     assert {"common_install", "ssh_mesh_check", "preflight", "base"} <= used

@@ -2,12 +2,13 @@ import dataclasses
 from pathlib import Path
 
 from megaprov.cluster import runner
+from megaprov.paths import ANSIBLE_CFG
 
 SPEC = runner.RunSpec(
-    playbook=Path("/p/playbooks/bootstrap.yml"),
-    inventories=(Path("/p/inventories/defaults.yml"), Path("/inv/inventory.ini")),
+    playbook=Path("/p/ansible_collections/megaprov/cluster/playbooks/bootstrap.yml"),
+    inventories=(Path("/inv/inventory.ini"),),
     private_data_dir=Path("/state/runs/x"),
-    project_root=Path("/p"),
+    collections_root=Path("/p"),
     fact_cache_dir=Path("/state/facts/abc"),
 )
 
@@ -16,11 +17,12 @@ def test_default_kwargs_are_exact():
     kwargs = runner.build_run_kwargs(SPEC, path="/venv/bin:/usr/bin")
     assert kwargs == {
         "private_data_dir": "/state/runs/x",
-        "project_dir": "/p",
-        "playbook": "/p/playbooks/bootstrap.yml",
-        "inventory": ["/p/inventories/defaults.yml", "/inv/inventory.ini"],
+        "project_dir": "/p/ansible_collections/megaprov/cluster",
+        "playbook": "/p/ansible_collections/megaprov/cluster/playbooks/bootstrap.yml",
+        "inventory": ["/inv/inventory.ini"],
         "envvars": {
-            "ANSIBLE_CONFIG": "/p/ansible.cfg",
+            "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+            "ANSIBLE_COLLECTIONS_PATH": "/p",
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             "ANSIBLE_CACHE_PLUGIN": "jsonfile",
             "ANSIBLE_CACHE_PLUGIN_CONNECTION": "/state/facts/abc",
@@ -78,14 +80,14 @@ def _event(kind, host=None, task="t", **data):
 
 
 def test_events_fold_into_stats_failures_and_results():
-    folder = runner.EventFolder(collect=("megaprov_node_facts",))
+    folder = runner.EventFolder(collect=("megaprov.cluster.node_facts",))
     folder(_event("playbook_on_play_start", play="Preflight"))
     folder(
         _event(
             "runner_on_ok",
             "n1",
             "Collect node facts",
-            task_action="megaprov_node_facts",
+            task_action="megaprov.cluster.node_facts",
             res={"checks": [1]},
             start="2026-01-01T00:00:00",
             end="2026-01-01T00:00:02",
@@ -174,7 +176,7 @@ def test_a_template_in_an_extra_var_reaches_the_play_verbatim_and_never_runs(tmp
         playbook=tmp_path / "play.yml",
         inventories=(tmp_path / "inventory.ini",),
         private_data_dir=tmp_path / "run",
-        project_root=tmp_path,
+        collections_root=tmp_path,
         fact_cache_dir=tmp_path / "facts",
         options=runner.RunOptions(extravars={"out": str(out), "job": {"unit": hostile, "hosts": [hostile]}, "plain": hostile}),
     )

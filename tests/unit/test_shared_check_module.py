@@ -12,7 +12,8 @@ from tests.conftest import load_module
 from tests.helpers import modules
 
 ROOT = Path(__file__).resolve().parents[2]
-shared = load_module(ROOT / "roles" / "nfs_client" / "library" / "megaprov_shared_check.py", "megaprov_shared_check")
+COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
+shared = load_module(COLLECTION / "plugins" / "modules" / "shared_check.py", "shared_check")
 
 DIGEST = hashlib.sha256(b"node2's data").hexdigest()
 

@@ -1,4 +1,4 @@
-"""The ssh_mesh role's check module (roles/ssh_mesh/library/megaprov_ssh_check.py): the ssh command it runs, how
+"""The ssh_mesh role's check module (ansible_collections/megaprov/cluster/plugins/modules/ssh_check.py): the ssh command it runs, how
 one pair is judged, which hosts are tried, and main() end to end against a fake ssh on PATH."""
 
 import stat
@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import ROOT, load_module
 from tests.helpers import modules
 
-check = load_module(ROOT / "roles/ssh_mesh/library/megaprov_ssh_check.py", "megaprov_ssh_check")
+check = load_module(ROOT / "ansible_collections/megaprov/cluster/plugins/modules/ssh_check.py", "megaprov_ssh_check")
 
 
 def options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -83,7 +83,7 @@ def test_the_mesh_is_the_reachable_hosts_and_the_rest_is_left_out():
     import jinja2
     import yaml
 
-    role_vars = yaml.safe_load((ROOT / "roles/ssh_mesh/vars/main.yml").read_text())
+    role_vars = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles/ssh_mesh/vars/main.yml").read_text())
     env = jinja2.Environment()
     context = {"ssh_mesh_hosts": ["node1", "node2", "node3"], "ansible_play_hosts": ["node1", "node2"]}
     members = env.from_string(role_vars["__ssh_mesh_members"]).render(context)

@@ -8,18 +8,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def plays(name):
-    return yaml.safe_load((ROOT / "playbooks" / name).read_text())
+    return yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/playbooks" / name).read_text())
 
 
 def test_doca_ofed_is_installed_before_the_driver_when_wanted():
     """nvidia-peermem builds against the ib_core present at the driver's DKMS build: OFED's, not the distribution's."""
     gpu = plays("gpu.yml")
-    driver = next(i for i, p in enumerate(gpu) if any(r["role"] == "nvidia_driver" for r in p.get("roles", [])))
+    driver = next(i for i, p in enumerate(gpu) if any(r["role"] == "megaprov.cluster.nvidia_driver" for r in p.get("roles", [])))
     ofed = [
         i
         for i, p in enumerate(gpu)
         for t in p.get("tasks", [])
-        if t.get("ansible.builtin.include_role", {}).get("name") == "infiniband" and t["ansible.builtin.include_role"].get("tasks_from") == "install"
+        if t.get("ansible.builtin.include_role", {}).get("name") == "megaprov.cluster.infiniband"
+        and t["ansible.builtin.include_role"].get("tasks_from") == "install"
     ]
     assert ofed and ofed[0] < driver
     task = next(t for t in gpu[ofed[0]]["tasks"] if "ansible.builtin.include_role" in t)
@@ -40,5 +41,7 @@ def test_a_site_file_system_gets_the_layout_from_the_cluster_user():
     assert block["become_user"] == "{{ megaprov_cluster_user }}" and "== 'existing'" in block["when"]
     create = block["block"][0]["ansible.builtin.file"]
     assert create["path"] == "{{ megaprov_shared_dir }}/{{ item }}" and create["state"] == "directory"
-    layout = yaml.safe_load((ROOT / "roles" / "nfs_server" / "defaults" / "main.yml").read_text())["nfs_server_layout"]
+    layout = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles" / "nfs_server" / "defaults" / "main.yml").read_text())[
+        "nfs_server_layout"
+    ]
     assert {"opt", "megaprov/baselines", "jobs"} <= set(layout)

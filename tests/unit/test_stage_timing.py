@@ -5,7 +5,7 @@ from megaprov.cluster.stages import STAGES
 
 
 def test_every_stage_playbook_play_maps_to_its_stage(root):
-    stage_of = provision.stage_plays(root / "playbooks")
+    stage_of = provision.stage_plays(root / "ansible_collections/megaprov/cluster/playbooks")
     assert set(stage_of.values()) == {s for s, _ in STAGES}
     assert stage_of["Storage - NFS server"] == "storage" and stage_of["Storage - shared directory on every node"] == "storage"
     assert stage_of["Python environment"] == "python"

@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# megaprov: the NVIDIA driver's state on a node, read-only (Secure Boot, loaded and installed driver, GPUs).
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: megaprov_gpu_state
+short_description: NVIDIA driver state of a node, and what the driver role must do next
+description:
+  - Reads Secure Boot from EFI variables, the loaded nvidia module version from sysfs, the installed driver
+    packages from dpkg, the NVIDIA GPUs on the PCI bus and, where the driver is loaded, nvidia-smi.
+  - "Returns C(action), one of C(no_gpu) (no NVIDIA GPU on this machine's PCI bus), C(none) (the installed driver
+    is loaded), C(load) (installed, not loaded yet: modprobe without a reboot), C(reboot) (another version is loaded)
+    or C(install) (no driver package is installed)."
+  - "Also returns the GPUs' PCI device IDs (C(pci_gpu_devices), which tell the GPU generation and so the kernel
+    module flavour) and whether nouveau is loaded (C(nouveau_loaded): it holds the GPUs until a reboot)."
+  - Never changes anything; supports check mode.
+options:
+  driver_packages:
+    description: Package names that carry the driver version, first installed wins.
+    type: list
+    elements: str
+    default: []
+  fabricmanager_packages:
+    description: Package names of Fabric Manager, first installed wins.
+    type: list
+    elements: str
+    default: []
+  root:
+    description: File system root to read (tests use a fake tree).
+    type: path
+    default: /
+"""
+
+import os
+import re
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.megaprov.cluster.plugins.module_utils import pci
+
+DRIVER_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,driver_version,persistence_mode,memory.total", "--format=csv,noheader,nounits"]
+
+
+def _read(path, binary=False):
+    try:
+        with open(path, "rb" if binary else "r") as handle:
+            return handle.read() if binary else handle.read().strip()
+    except OSError:
+        return b"" if binary else ""
+
+
+def secure_boot(root):
+    """'enabled', 'disabled' or 'unknown' (no EFI variables: BIOS boot or a container)."""
+    data = _read(os.path.join(root, SECURE_BOOT_VAR), binary=True)
+    if len(data) < 5:
+        return "unknown"
+    return "enabled" if data[4] == 1 else "disabled"
+
+
+def loaded_version(root):
+    """Version of the loaded nvidia kernel module, or ''."""
+    version = _read(os.path.join(root, "sys/module/nvidia/version"))
+    if version:
+        return version
+    # "NVIDIA UNIX x86_64 Kernel Module  550.127.08  Tue Oct  1 ..." (proprietary) or
+    # "NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build ..." (open): the first version after "Module".
+    for line in _read(os.path.join(root, "proc/driver/nvidia/version")).splitlines():
+        if "Kernel Module" in line:
+            return next((word for word in line.split("Kernel Module", 1)[1].split() if DRIVER_VERSION.match(word)), "")
+    return ""
+
+
+def pci_gpus(root):
+    """NVIDIA display/3D controllers on the PCI bus of this machine."""
+    return pci.nvidia_gpus(os.path.join(root, "sys/bus/pci/devices"))
+
+
+def pci_gpu_devices(root):
+    """PCI device IDs ('0x2330') of the NVIDIA GPUs on the PCI bus, in the order of pci_gpus."""
+    return [_read(os.path.join(root, "sys/bus/pci/devices", dev, "device")).lower() for dev in pci_gpus(root)]
+
+
+def nouveau_loaded(root):
+    return os.path.isdir(os.path.join(root, "sys/module/nouveau"))
+
+
+def upstream(version):
+    """'550.127.08' from a Debian version such as '550.127.08-1' or '1:550.127.08-0ubuntu1'."""
+    version = version.split(":", 1)[-1]
+    return version.split("-", 1)[0]
+
+
+def parse_smi(text):
+    rows = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 5 and parts[0].isdigit():
+            rows.append({"index": int(parts[0]), "name": parts[1], "driver": parts[2], "persistence": parts[3], "memory_mib": parts[4]})
+    return rows
+
+
+def decide(gpus_on_pci, installed, loaded, nouveau=False):
+    """The driver role's next step (see DOCUMENTATION). nouveau bound to the GPUs keeps nvidia from loading
+    until a reboot (the blacklist takes effect at boot)."""
+    if not gpus_on_pci:
+        return "no_gpu"
+    if not installed:
+        return "install"
+    if not loaded:
+        return "reboot" if nouveau else "load"
+    return "none" if upstream(installed) == loaded else "reboot"
+
+
+def dpkg_versions(module, names):
+    """{package: version} of the installed packages among names."""
+    if not names or not shutil.which("dpkg-query"):
+        return {}
+    _, out, _ = module.run_command(["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", *names])
+    versions = {}
+    for line in out.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[2][1:2] == "i":  # ii, or hi when held
+            versions[parts[0]] = parts[1]
+    return versions
+
+
+def first(versions, names):
+    return next(((name, versions[name]) for name in names if name in versions), ("", ""))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "driver_packages": {"type": "list", "elements": "str", "default": []},
+            "fabricmanager_packages": {"type": "list", "elements": "str", "default": []},
+            "root": {"type": "path", "default": "/"},
+        },
+        supports_check_mode=True,
+    )
+    root = module.params["root"]
+    versions = dpkg_versions(module, module.params["driver_packages"] + module.params["fabricmanager_packages"])
+    driver_pkg, driver_version = first(versions, module.params["driver_packages"])
+    fm_pkg, fm_version = first(versions, module.params["fabricmanager_packages"])
+    gpus = pci_gpus(root)
+    loaded = loaded_version(root)
+    smi = []
+    if loaded and shutil.which("nvidia-smi"):
+        rc, out, _ = module.run_command(SMI_QUERY)
+        smi = parse_smi(out) if rc == 0 else []
+    boot = secure_boot(root)
+    enrolled = False
+    key = os.path.join(root, "var/lib/dkms/mok.pub")
+    if boot == "enabled" and os.path.exists(key) and shutil.which("mokutil"):
+        _, out, err = module.run_command(["mokutil", "--test-key", key])
+        enrolled = "already enrolled" in out + err
+    state = {
+        "secure_boot": boot,
+        "mok_enrolled": enrolled,
+        "pci_gpus": gpus,
+        "pci_gpu_devices": pci_gpu_devices(root),
+        "nouveau_loaded": nouveau_loaded(root),
+        "loaded_version": loaded,
+        "installed_package": driver_pkg,
+        "installed_version": upstream(driver_version) if driver_version else "",
+        "fabricmanager_package": fm_pkg,
+        "fabricmanager_version": upstream(fm_version) if fm_version else "",
+        "smi": smi,
+        "action": decide(gpus, driver_version, loaded, nouveau_loaded(root)),
+    }
+    module.exit_json(changed=False, **state)
+
+
+if __name__ == "__main__":
+    main()
