@@ -54,7 +54,7 @@ MODULES = {
 }
 FAST_TIERS = ["tests/unit", "tests/cli"]
 # Directories the tests read beside the code (they resolve paths from the repository root).
-ALSO_COPY = ["playbooks", "schemas", "examples", "inventories", "molecule", "scripts", "benchmarks", "ansible.cfg", "README.md"]
+ALSO_COPY = ["schemas", "examples", "inventories", "molecule", "scripts", "benchmarks", "README.md"]
 KILLED = {"killed", "timeout"}
 
 
@@ -83,9 +83,10 @@ def scratch_copy(dest: Path) -> None:
 
 
 def configure(dest: Path, paths: list[str], tests: list[str]) -> None:
-    """[tool.mutmut] for this run: mutate only the chosen files; the roles' modules are copied as sources too."""
-    sources = sorted({"megaprov"} | {"roles" for p in paths if p.startswith("roles/")})
-    also = [p for p in ALSO_COPY if (dest / p).exists()] + ([] if "roles" in sources else ["roles"])
+    """[tool.mutmut] for this run: mutate only the chosen files; the collection (roles, modules) is copied as sources too."""
+    collection = "ansible_collections"
+    sources = sorted({"megaprov"} | {collection for p in paths if p.startswith(collection + "/")})
+    also = [p for p in ALSO_COPY if (dest / p).exists()] + ([] if collection in sources else [collection])
     config = (
         "\n[tool.mutmut]\n"
         f"source_paths = {json.dumps(sources)}\n"

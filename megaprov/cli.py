@@ -93,9 +93,22 @@ def _upto(high: int) -> Any:
     return parse
 
 
+class _Version(argparse.Action):
+    """``--version``: megaprov's, the collection's it runs (and where), ansible-core's and Python's."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show versions and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:
+        from megaprov.selfcheck import version_lines
+
+        print("\n".join(version_lines()))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Provision GPU machines into a verified Megatron-LM training cluster.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -123,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     pre = sub.add_parser("preflight", help="collect node facts and judge them against the requirements")
     run_flags(pre)
+
+    selfcheck = sub.add_parser("self-check", help="check this machine's megaprov install: Python, ansible-core, the collection, ssh, podman")
+    selfcheck.add_argument("--output", choices=("text", "json"), default="text")
 
     lab = sub.add_parser("lab", help="local container lab of cluster nodes")
     lab_sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", parser_class=_Parser)
@@ -605,7 +621,24 @@ def _cmd_preflight(args: argparse.Namespace) -> Outcome:
     return Outcome("preflight", report, report.exit_code, report.error)
 
 
+def _cmd_self_check(args: argparse.Namespace) -> Outcome:
+    from megaprov import selfcheck
+
+    found = selfcheck.checks()
+    failed = [c for c in found if c.status == selfcheck.FAIL]
+    if args.output == "text":
+        out = console()
+        for check in found:
+            out.print(f"{check.status:<4}  {check.name:<16} {check.detail}", markup=False, soft_wrap=True)
+            if check.hint and check.status != selfcheck.PASS:
+                out.print(f"      {'':<16} fix: {check.hint}", markup=False, soft_wrap=True)
+    error = f"{failed[0].name}: {failed[0].detail} ({failed[0].hint})" if failed else None
+    code = ExitCode.ENVIRONMENT if failed else ExitCode.OK
+    return Outcome("self-check", {"version": __version__, "checks": found}, code, error)
+
+
 HANDLERS = {
+    "self-check": _cmd_self_check,
     "bootstrap": _cmd_bootstrap,
     "preflight": _cmd_preflight,
     "lab": _cmd_lab,

@@ -1,10 +1,14 @@
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# megaprov's state (runs, fact caches, lab inventories and keys) stays inside the checkout under test, not in the
+# user's XDG state directory; a test that needs the XDG default unsets it (tests/unit/test_paths.py).
+os.environ.setdefault("MEGAPROV_STATE", str(ROOT / ".megaprov" / "state"))
 
 
 def load_module(path: Path, name: str):

@@ -2,7 +2,8 @@
 
 ``up`` builds the node image once (debootstrap -> podman import -> podman build, cached by the
 hash of its build files), starts N nodes on their own network, pins their host keys and writes
-``inventories/lab/<name>/``. ``down`` removes exactly what ``up`` made, found by name and label.
+``lab/<name>/`` in megaprov's state directory (``megaprov lab inventory`` prints the path). ``down`` removes
+exactly what ``up`` made, found by name and label.
 
 Each lab has its own /24 (chosen from LAB_POOL by the lab's name, skipping subnets in use) and each node a
 fixed address in it (nodeN = .N+1), so a node keeps its address across ``stop``/``start`` as a real node does.

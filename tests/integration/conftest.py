@@ -73,7 +73,8 @@ def readme_run(tmp_path_factory):
     is the cluster of the tests that need one; it is removed at the end of the session."""
     clone = tmp_path_factory.mktemp("readme") / "megaprov"
     subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
-    env = {**fresh_env(), "MEGAPROV_LAB_NAME": README_LAB}
+    # a newcomer's megaprov keeps its state in XDG_STATE_HOME: here one of the clone's own
+    env = {**fresh_env(), "MEGAPROV_LAB_NAME": README_LAB, "XDG_STATE_HOME": str(clone.parent / "xdg-state")}
     megaprov_clone = [str(clone / ".venv" / "bin" / "megaprov")]
     if (clone / ".venv").exists():
         pytest.fail("the fresh clone already has a .venv")
@@ -115,7 +116,7 @@ def readme_run(tmp_path_factory):
                 burner.kill()
                 burner.wait()
     output = log_path.read_text()
-    inventory = clone / "inventories" / "lab" / README_LAB / "inventory.ini"
+    inventory = clone.parent / "xdg-state" / "megaprov" / "lab" / README_LAB / "inventory.ini"
     try:
         yield {
             "clone": clone,
@@ -126,6 +127,7 @@ def readme_run(tmp_path_factory):
             "burner": burner is not None,
             "inventory": str(inventory),
             "nodes": _lab_nodes(inventory) if inventory.is_file() else [],
+            "env": env,
         }
     finally:
         if Path(megaprov_clone[0]).exists():
@@ -147,15 +149,22 @@ def _lab_nodes(inventory: Path) -> list[dict[str, str]]:
 def bootstrapped(request):
     """The README run's lab: bootstrapped, trained once; the cluster of every test that needs a converged lab.
     MEGAPROV_TEST_BOOTSTRAPPED=INVENTORY (development only) names a converged lab made by a clone's run-lab.sh
-    instead, so that one test can be rerun without the 10-minute README run."""
+    instead (with MEGAPROV_TEST_CLONE=the clone and the XDG_STATE_HOME that run had), so that one test can be rerun
+    without the 10-minute README run."""
     given = os.environ.get("MEGAPROV_TEST_BOOTSTRAPPED")
     if given:
         inventory = Path(given).resolve()
-        clone = inventory.parents[3]
+        clone = Path(os.environ.get("MEGAPROV_TEST_CLONE", ROOT))
         found = {"inventory": str(inventory), "nodes": _lab_nodes(inventory), "lab": inventory.parent.name}
         return {**found, "megaprov": str(clone / ".venv" / "bin" / "megaprov"), "env": fresh_env()}
     readme_run = request.getfixturevalue("readme_run")
     if readme_run["code"] != 0 or not readme_run["nodes"]:
         pytest.fail(f"the README's main command failed (exit {readme_run['code']}): {readme_run['output'][-3000:]}")
     clone_megaprov = str(readme_run["clone"] / ".venv" / "bin" / "megaprov")
-    return {"inventory": readme_run["inventory"], "nodes": readme_run["nodes"], "lab": README_LAB, "megaprov": clone_megaprov, "env": fresh_env()}
+    return {
+        "inventory": readme_run["inventory"],
+        "nodes": readme_run["nodes"],
+        "lab": README_LAB,
+        "megaprov": clone_megaprov,
+        "env": readme_run["env"],
+    }

@@ -286,9 +286,7 @@ def test_the_gpu_check_takes_cuda_from_the_toolkit_not_from_nvidia_smi(tmp_path)
     assert settings["nccl_tests_dir"] == str(work / "shared/opt/nccl-tests") and (work / "shared/megaprov/baselines").is_dir()
     assert settings["megaprov_shared_dir"] == str(work / "shared")
     summary = proc.stdout.split("== summary", 1)[1]
-    assert (
-        "driver: 575.57.08 (branch 575; runs CUDA <= 12.9 by nvidia-smi, <= 12.9 by the collection's meta/compat.yml)" in summary
-    )
+    assert "driver: 575.57.08 (branch 575; runs CUDA <= 12.9 by nvidia-smi, <= 12.9 by the collection's meta/compat.yml)" in summary
     assert "CUDA: toolkit 12.8; megaprov uses cuda_method=preinstalled cuda_version=12.8, torch build cu126" in summary
     assert "torch: " in summary and "nccl-tests: " in summary and "train (pretrain_gpt.py): " in summary
     assert proc.returncode == 1  # no torch environment on this machine: the torch step fails, and the script says so

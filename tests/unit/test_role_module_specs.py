@@ -1,9 +1,12 @@
-"""The roles' Python modules take the options their DOCUMENTATION promises (what ansible-test's validate-modules checks):
-every documented option with its type, default, choices and required flag, and check-mode support as documented.
+"""The collection's modules (megaprov.cluster.<name>) take the options their DOCUMENTATION promises, what ansible-test's
+validate-modules checks: every documented option with its type, default, choices and required flag, check-mode
+support as documented, and EXAMPLES that call the module by its FQCN with documented options only. Each filter has
+its documentation file (plugins/filter/<name>.yml) with the function's arguments.
 
 Each module's main() is run as Ansible runs it (module JSON in, JSON and exit status out) with PATH emptied, so
 nothing is executed; the options as the module parsed them come back in `invocation.module_args`."""
 
+import inspect
 import re
 from pathlib import Path
 
@@ -13,16 +16,23 @@ import yaml
 from tests.conftest import ROOT, load_module
 from tests.helpers import modules
 
-MODULES = {
-    "nccl_check": "ansible_collections/megaprov/cluster/plugins/modules/nccl_check.py",
-    "gpu_state": "ansible_collections/megaprov/cluster/plugins/modules/gpu_state.py",
-    "rdma_facts": "ansible_collections/megaprov/cluster/plugins/modules/rdma_facts.py",
-    "shared_check": "ansible_collections/megaprov/cluster/plugins/modules/shared_check.py",
-    "ssh_check": "ansible_collections/megaprov/cluster/plugins/modules/ssh_check.py",
-}
+COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
+MODULES = {path.stem: path for path in sorted((COLLECTION / "plugins" / "modules").glob("*.py")) if path.stem != "__init__"}
 # Check mode: the nccl check runs a benchmark (no check mode); the others read, or skip their write in check mode.
-CHECK_MODE = {"nccl_check": False, "gpu_state": True, "rdma_facts": True, "shared_check": True, "ssh_check": True}
-# Values for required options that make main() do nothing: no peers to reach, nothing to read back.
+CHECK_MODE = {
+    "compute_rate": True,
+    "gpu_state": True,
+    "ib_write_bw": True,
+    "nccl_check": False,
+    "node_facts": True,
+    "rdma_facts": True,
+    "shared_check": True,
+    "ssh_check": True,
+}
+# Modules that would send traffic whatever the options (ib_write_bw runs perftest through subprocess, which raises
+# with PATH emptied): run in check mode, where they stop after parsing their options.
+CHECK_MODE_ONLY = {"ib_write_bw"}
+# Values for required options that make main() do nothing: no peers to reach, nothing to read back, no interpreter.
 REQUIRED = {
     "argv": ["true"],
     "socket_interface": "eth0",
@@ -31,17 +41,31 @@ REQUIRED = {
     "name": "node1",
     "source": "node1",
     "peers": {},
+    "python": "/nonexistent/megaprov/bin/python",
+    "facts_path": "/nonexistent/megaprov/compute.fact",
+    "scratch_dir": "/nonexistent/megaprov",
+    "requirements": {},
+    "peer": "192.0.2.1",
+    "device": "mlx5_0",
 }
 
 
+def block(short: str, name: str):
+    text = MODULES[short].read_text()
+    found = re.search(rf'^{name} = r"""(.*?)"""', text, re.S | re.M)
+    assert found, f"{short}: no {name}"
+    return yaml.safe_load(found.group(1))
+
+
 def documentation(short: str) -> dict:
-    text = (ROOT / MODULES[short]).read_text()
-    return yaml.safe_load(re.search(r'DOCUMENTATION = r"""(.*?)"""', text, re.S).group(1))
+    return block(short, "DOCUMENTATION")
 
 
 def run(short: str, args: dict, tmp_path: Path, monkeypatch, capsys) -> tuple[int, dict]:
-    module = load_module(ROOT / MODULES[short], f"spec_{short}")
+    module = load_module(MODULES[short], f"spec_{short}")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no ssh, nvidia-smi, dpkg-query, nfs-cp, timeout: nothing runs
+    if short in CHECK_MODE_ONLY:
+        args = {**args, "_ansible_check_mode": True}
     return modules.run_module(module.main, args, capsys)
 
 
@@ -49,16 +73,39 @@ def required_args(options: dict) -> dict:
     return {name: REQUIRED[name] for name, spec in options.items() if spec.get("required")}
 
 
+def test_every_module_is_covered():
+    assert set(MODULES) == set(CHECK_MODE)
+
+
 @pytest.mark.parametrize("short", sorted(MODULES))
 def test_documentation_is_valid_and_lists_every_option(short, tmp_path, monkeypatch, capsys):
     doc = documentation(short)
-    assert doc["module"] == Path(MODULES[short]).stem and doc["short_description"]
+    assert doc["module"] == short and doc["short_description"] and doc["description"] and doc["author"]
     options = doc["options"]
     for name, spec in options.items():
         assert set(spec) <= {"type", "elements", "required", "default", "choices", "description"}, (name, spec)
-        assert isinstance(spec.get("description", ""), str | list), name
+        assert isinstance(spec.get("description"), str | list) and spec["description"], name
     _, result = run(short, required_args(options), tmp_path, monkeypatch, capsys)
     assert set(result["invocation"]["module_args"]) == set(options)
+
+
+@pytest.mark.parametrize("short", sorted(MODULES))
+def test_examples_call_the_module_by_its_fqcn_with_documented_options(short):
+    options = documentation(short)["options"]
+    tasks = block(short, "EXAMPLES")
+    calls = [task[f"megaprov.cluster.{short}"] for task in tasks if f"megaprov.cluster.{short}" in task]
+    assert calls, f"{short}: no example calls megaprov.cluster.{short}"
+    assert not [task for task in tasks if short in task or f"megaprov_{short}" in task], "an example uses the short or old name"
+    for call in calls:
+        assert set(call) <= set(options), set(call) - set(options)
+        assert set(required_args(options)) <= set(call), set(required_args(options)) - set(call)
+
+
+@pytest.mark.parametrize("short", sorted(MODULES))
+def test_return_values_are_documented(short):
+    returned = block(short, "RETURN")
+    for name, spec in returned.items():
+        assert spec["description"] and spec["type"] and spec["returned"], name
 
 
 @pytest.mark.parametrize("short", sorted(MODULES))
@@ -125,3 +172,17 @@ def test_check_mode_support(short, tmp_path, monkeypatch, capsys):
     _, result = run(short, args, tmp_path, monkeypatch, capsys)
     refused = result.get("skipped") is True and "does not support check mode" in result.get("msg", "")
     assert refused is not CHECK_MODE[short], result
+
+
+def test_every_filter_is_documented_with_its_arguments():
+    plugin = load_module(COLLECTION / "plugins" / "filter" / "nfs_network.py", "spec_nfs_network")
+    filters = plugin.FilterModule().filters()
+    assert filters
+    for name, function in filters.items():
+        doc = yaml.safe_load((COLLECTION / "plugins" / "filter" / f"{name}.yml").read_text())
+        arguments = list(inspect.signature(function).parameters)
+        assert doc["DOCUMENTATION"]["name"] == name
+        # the first argument is what is piped into the filter (_input), the others are passed in parentheses
+        assert list(doc["DOCUMENTATION"]["options"]) == ["_input", *arguments[1:]], name
+        assert [p.strip() for p in doc["DOCUMENTATION"]["positional"].split(",")] == ["_input", *arguments[1:]], name
+        assert doc["RETURN"]["_value"]["type"] == "str" and doc["EXAMPLES"].count(f"megaprov.cluster.{name}"), name
