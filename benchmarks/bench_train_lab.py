@@ -1,8 +1,8 @@
 """Training on a bootstrapped lab: launch time (linear against mitogen) and the time from a killed rank to the
 resumed iteration.
 
-    .venv/bin/megaprov lab up --nodes 2 --name bench && .venv/bin/megaprov bootstrap inventories/lab/bench/inventory.ini
-    .venv/bin/python benchmarks/bench_train_lab.py inventories/lab/bench/inventory.ini [--rounds 2]
+    .venv/bin/megaprov lab up --nodes 2 --name bench && .venv/bin/megaprov bootstrap "$(.venv/bin/megaprov lab inventory --name bench)"
+    .venv/bin/python benchmarks/bench_train_lab.py "$(.venv/bin/megaprov lab inventory --name bench)" [--rounds 2]
 
 Figures, from the jobs' own reports and logs:
 - megaprov start -> units started (the Ansible launch), and -> torchrun started on the nodes (node clocks);

@@ -555,7 +555,8 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
             for name, members in found.items():
                 out.print(f"lab {name}: " + ", ".join(f"{n.name} {n.address or '-'} {n.state}" for n in members), markup=False)
                 out.print(f"  inventory: {lab.inventory_path(root, name)}", markup=False)
-        return Outcome("lab status", {name: {"nodes": members, "inventory": str(lab.inventory_path(root, name))} for name, members in found.items()})
+        # the JSON document keeps its shape (name -> nodes); `lab inventory --output json` gives the path
+        return Outcome("lab status", {name: members for name, members in found.items()})
     if args.lab_command == "inventory":
         path = lab.inventory_path(root, args.name)
         if not path.is_file():

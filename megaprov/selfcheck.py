@@ -136,7 +136,7 @@ def _state_dir() -> Check:
     probe = state
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    if os.access(probe, os.W_OK | os.X_OK):
+    if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
         return Check("state", PASS, str(state))
     return Check("state", FAIL, f"{state} cannot be created or written", "set MEGAPROV_STATE (or XDG_STATE_HOME) to a writable directory")
 

@@ -1,7 +1,7 @@
 """The throughput verdict against measured compute on the lab: a busy machine passes, a throttled node fails by name.
 
 Runs on the README run's lab (bootstrapped), or on an already bootstrapped lab named by MEGAPROV_TEST_INVENTORY
-(``inventories/lab/<name>/inventory.ini``), which saves its ten-minute bootstrap.
+(``megaprov lab inventory --name NAME`` prints its path), which saves its ten-minute bootstrap.
 """
 
 import json

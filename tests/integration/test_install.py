@@ -1,0 +1,157 @@
+"""megaprov installed as an operator installs it, and its collection used alone by a site with its own Ansible.
+
+From a clone of the commit under test: the wheel (`pip wheel`) and the collection artifact (`ansible-galaxy
+collection build`) are built; the wheel is installed, not editable, into a fresh venv and run from a directory
+outside any checkout (`--version`, `self-check`, `job check`, `plan`, a bootstrap stage against the README run's
+lab); the collection tarball is installed alone with `ansible-galaxy collection install` and its bootstrap
+playbook's preflight stage runs with plain `ansible-playbook` against the same lab.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+pytestmark = pytest.mark.lab
+
+COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
+
+
+def run(argv, cwd, env, timeout=900):
+    proc = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return proc
+
+
+def outside_env(bin_dir: Path | None, home: Path) -> dict[str, str]:
+    """No checkout on any path: not this venv, not MEGAPROV_ROOT, not the test run's MEGAPROV_STATE."""
+    drop = ("VIRTUAL_ENV", "MEGAPROV_ROOT", "MEGAPROV_STATE", "MEGAPROV_CACHE", "PYTHONPATH", "ANSIBLE_CONFIG", "ANSIBLE_COLLECTIONS_PATH")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PATH"] = os.pathsep.join([*([str(bin_dir)] if bin_dir else []), "/usr/local/bin", "/usr/bin", "/bin"])
+    env["XDG_STATE_HOME"] = str(home / "state")
+    env["NO_COLOR"] = "1"
+    return env
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """The wheel and the collection tarball, built from a clone (only what the commit holds)."""
+    work = tmp_path_factory.mktemp("dist")
+    clone = work / "src"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+    dist = work / "dist"
+    wheel = run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "-w", dist, clone], work, os.environ)
+    assert wheel.returncode == 0, wheel.stderr[-3000:]
+    source = clone / "ansible_collections" / "megaprov" / "cluster"
+    galaxy = run([Path(sys.executable).parent / "ansible-galaxy", "collection", "build", source, "--output-path", dist], work, os.environ)
+    assert galaxy.returncode == 0, galaxy.stdout + galaxy.stderr
+    found = {"wheel": next(dist.glob("megaprov-*.whl")), "collection": next(dist.glob("megaprov-cluster-*.tar.gz"))}
+    for kind, path in found.items():
+        print(f"artifact {kind}: {path.name} {path.stat().st_size} bytes")
+    return found
+
+
+@pytest.fixture(scope="module")
+def installed(artifacts, tmp_path_factory):
+    """A fresh venv with the wheel installed (not editable): its bin directory and a home outside any checkout."""
+    base = tmp_path_factory.mktemp("operator")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = run([venv / "bin" / "pip", "install", "-q", "--disable-pip-version-check", artifacts["wheel"]], base, outside_env(None, base), timeout=1200)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    home = base / "home"
+    home.mkdir()
+    return {"bin": venv / "bin", "home": home, "site": next((venv / "lib").glob("python3.*/site-packages"))}
+
+
+def test_the_wheel_carries_the_collection_and_nothing_of_the_checkout(artifacts):
+    names = set(zipfile.ZipFile(artifacts["wheel"]).namelist())
+    prefix = "ansible_collections/megaprov/cluster/"
+    for needed in (
+        "galaxy.yml",
+        "meta/runtime.yml",
+        "meta/compat.yml",
+        "playbooks/bootstrap.yml",
+        "roles/megaprov/defaults/main.yml",
+        "plugins/modules/gpu_state.py",
+        "plugins/module_utils/pci.py",
+        "plugins/filter/nfs_network.py",
+    ):
+        assert prefix + needed in names, needed
+    assert "megaprov/ansible.cfg" in names and "megaprov/training/megatron/flags-core_v0.16.1.json" in names
+    assert not [n for n in names if "__pycache__" in n or "/tests/output/" in n or n.startswith(("tests/", "molecule/", "benchmarks/"))]
+
+
+def test_the_collection_artifact_is_what_galaxy_installs(artifacts):
+    with tarfile.open(artifacts["collection"]) as tar:
+        names = set(tar.getnames())
+        manifest = json.load(tar.extractfile("MANIFEST.json"))  # type: ignore[arg-type]
+    galaxy = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+    assert manifest["collection_info"]["namespace"] == "megaprov" and manifest["collection_info"]["name"] == "cluster"
+    assert manifest["collection_info"]["version"] == galaxy["version"]
+    assert {"meta/runtime.yml", "playbooks/bootstrap.yml", "plugins/modules/node_facts.py", "roles/preflight/tasks/main.yml"} <= names
+    assert not [n for n in names if "__pycache__" in n or n.startswith("tests/output")]
+
+
+def test_installed_megaprov_works_from_any_directory(installed, bootstrapped, tmp_path):
+    megaprov = installed["bin"] / "megaprov"
+    env = outside_env(installed["bin"], installed["home"])
+    where = tmp_path / "anywhere"
+    where.mkdir()
+
+    version = run([megaprov, "--version"], where, env)
+    assert version.returncode == 0, version.stderr
+    collection = installed["site"] / "ansible_collections" / "megaprov" / "cluster"
+    assert f"({collection})" in version.stdout, version.stdout  # the wheel's own copy, not this checkout's
+
+    check = run([megaprov, "self-check", "--output", "json"], where, env)
+    failed = [c for c in json.loads(check.stdout)["result"]["checks"] if c["status"] == "fail"]
+    assert check.returncode == 0 and not failed, failed
+
+    job = where / "lab-tiny.yml"
+    shutil.copy(ROOT / "examples" / "jobs" / "lab-tiny.yml", job)
+    checked = run([megaprov, "job", "check", job], where, env)
+    assert checked.returncode == 0, checked.stderr
+    plan = run([megaprov, "plan", "--job", job, "-i", bootstrapped["inventory"], "--output", "json"], where, env)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["result"]["cluster"]["nodes"] == 2  # lab-tiny: 2 nodes x 1 process
+
+    stage = run([megaprov, "bootstrap", bootstrapped["inventory"], "--tags", "preflight", "--output", "json"], where, env)
+    assert stage.returncode == 0, stage.stderr[-3000:]
+    report = json.loads(stage.stdout)["result"]
+    assert {h["host"] for h in report["hosts"]} == {n["name"] for n in bootstrapped["nodes"]}
+    # its runs are kept in the operator's XDG state directory, and nothing was written where it ran
+    assert any((installed["home"] / "state" / "megaprov" / "runs").iterdir())
+    assert [p.name for p in where.iterdir()] == ["lab-tiny.yml"]
+
+
+def test_the_collection_alone_runs_with_plain_ansible(artifacts, installed, bootstrapped, tmp_path):
+    """A site's own Ansible: the tarball installed by ansible-galaxy, the preflight stage of its bootstrap playbook by
+    FQCN, no megaprov on the way (no megaprov ansible.cfg, collections searched only where galaxy put it)."""
+    collections = tmp_path / "collections"
+    env = outside_env(installed["bin"], installed["home"])
+    # only the galaxy-installed copy counts: not the one the wheel put on this venv's sys.path
+    env.update(ANSIBLE_COLLECTIONS_PATH=str(collections), ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="False", ANSIBLE_NOCOLOR="1")
+    galaxy = run([installed["bin"] / "ansible-galaxy", "collection", "install", artifacts["collection"], "-p", collections], tmp_path, env)
+    assert galaxy.returncode == 0, galaxy.stdout + galaxy.stderr
+    listed = run([installed["bin"] / "ansible-galaxy", "collection", "list", "megaprov.cluster", "--format", "json"], tmp_path, env)
+    assert list(json.loads(listed.stdout)) == [str(collections / "ansible_collections")], listed.stdout
+
+    play = run(
+        [installed["bin"] / "ansible-playbook", "-i", bootstrapped["inventory"], "megaprov.cluster.bootstrap", "--tags", "preflight"],
+        tmp_path,
+        env,
+    )
+    assert play.returncode == 0, play.stdout[-4000:] + play.stderr[-2000:]
+    recap = play.stdout.split("PLAY RECAP", 1)[1]
+    for node in bootstrapped["nodes"]:
+        line = next(line for line in recap.splitlines() if line.startswith(node["name"]))
+        assert "failed=0" in line and "unreachable=0" in line, line
+    assert "TASK [megaprov.cluster.preflight : " in play.stdout
