@@ -46,7 +46,7 @@ def megaprov(*argv: str) -> tuple[float, dict]:
 
 
 def podman(*argv: str) -> None:
-    env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "megaprov" / "lab_files" / "containers.conf")}
+    env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "megaprov" / "cluster" / "lab_files" / "containers.conf")}
     subprocess.run(["podman", *argv], env=env, capture_output=True, check=False)
 
 

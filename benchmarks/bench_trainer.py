@@ -79,7 +79,7 @@ def main() -> None:
         lab_ms: list[float] = []
         bare_ms: list[float] = []
         for round_ in range(opts.rounds):
-            out = torchrun([str(ROOT / "megaprov" / "trainer.py"), *argv, "--save", f"{tmp}/ckpt-{round_}"], 29611)
+            out = torchrun([str(ROOT / "megaprov" / "training" / "trainer.py"), *argv, "--save", f"{tmp}/ckpt-{round_}"], 29611)
             times = [it.ms_per_iteration for line in out.splitlines() if (it := follow.parse_iteration(line)) and it.ms_per_iteration]
             lab_ms += times[5:]
             out = torchrun([__file__, "--bare", *argv], 29612)

@@ -27,5 +27,5 @@ def megaprov(*argv: str) -> tuple[float, dict]:
 
 
 def podman_exec(container: str, script: str) -> str:
-    env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "megaprov" / "lab_files" / "containers.conf")}
+    env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "megaprov" / "cluster" / "lab_files" / "containers.conf")}
     return subprocess.run(["podman", "exec", container, "bash", "-c", script], capture_output=True, text=True, check=True, env=env).stdout

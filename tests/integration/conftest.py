@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LAB = "itest"
 README_LAB = "readme-ci"
-CONTAINERS_CONF = str(ROOT / "megaprov" / "lab_files" / "containers.conf")
+CONTAINERS_CONF = str(ROOT / "megaprov" / "cluster" / "lab_files" / "containers.conf")
 
 
 def megaprov(*argv, check_json=True):

@@ -17,7 +17,7 @@ from testinfra.utils.ansible_runner import AnsibleRunner
 def scenario_hosts(pattern: str = "all") -> dict[str, str]:
     """{inventory name: testinfra URL} of the hosts of `pattern` in Molecule's inventory."""
     project = os.environ.get("MOLECULE_PROJECT_DIRECTORY", str(Path(__file__).resolve().parents[2]))
-    os.environ.setdefault("CONTAINERS_CONF", os.path.join(project, "megaprov", "lab_files", "containers.conf"))
+    os.environ.setdefault("CONTAINERS_CONF", os.path.join(project, "megaprov", "cluster", "lab_files", "containers.conf"))
     runner = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
     hosts = {}
     for name in runner.get_hosts(pattern):

@@ -49,7 +49,7 @@ def test_molecule_scenario(scenario, tmp_path):
         "MEGAPROV_WHEELHOUSE": str(wheelhouse.build()),
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "CONTAINERS_CONF": str(ROOT / "megaprov" / "lab_files" / "containers.conf"),
+        "CONTAINERS_CONF": str(ROOT / "megaprov" / "cluster" / "lab_files" / "containers.conf"),
         "NO_COLOR": "1",
         "PY_COLORS": "0",
         "ANSIBLE_FORCE_COLOR": "0",

@@ -9,7 +9,7 @@ import os
 import testinfra
 from testinfra.utils.ansible_runner import AnsibleRunner
 
-os.environ.setdefault("CONTAINERS_CONF", os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "megaprov", "lab_files", "containers.conf"))
+os.environ.setdefault("CONTAINERS_CONF", os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "megaprov", "cluster", "lab_files", "containers.conf"))
 INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
 
 

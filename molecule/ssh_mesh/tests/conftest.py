@@ -13,7 +13,7 @@ from testinfra.utils.ansible_runner import AnsibleRunner
 USER = "trainer"  # converge.yml's ssh_mesh_user
 UID = 2345  # converge.yml's ssh_mesh_uid
 
-os.environ.setdefault("CONTAINERS_CONF", os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "megaprov", "lab_files", "containers.conf"))
+os.environ.setdefault("CONTAINERS_CONF", os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "megaprov", "cluster", "lab_files", "containers.conf"))
 INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
 NODES = INVENTORY.get_hosts("all")
 

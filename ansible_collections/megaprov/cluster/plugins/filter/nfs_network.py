@@ -1,3 +1,5 @@
+# Copyright: megaprov contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Filters for the NFS roles: the smallest IPv4 network holding a set of addresses, and CIDR checks."""
 
 from __future__ import annotations

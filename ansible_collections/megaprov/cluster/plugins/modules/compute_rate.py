@@ -1,37 +1,89 @@
 #!/usr/bin/python
-# Copyright: megaprov contributors. Apache-2.0.
+# Copyright: megaprov contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Measure a node's sustained dense matmul rate with its training interpreter and store it as a local fact."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: megaprov_compute_rate
+module: compute_rate
 short_description: Sustained dense GEMM rate of a node (bf16 per GPU, fp32 on CPU), stored as a local fact
 description:
-  - Runs a short GEMM benchmark with the training environment's interpreter: bf16 matrix products on every GPU
-    (torch.cuda, timed with CUDA events after a warm-up), or fp32 products on the CPU (torch, else numpy).
-  - The result is stored in facts_path (a local fact, ansible_local.megaprov_compute) and returned as the fact
-    megaprov_compute, which lands in the controller's fact cache where megaprov plan and train read it.
+  - "Runs a short GEMM benchmark with the training environment's interpreter: bf16 matrix products on every GPU
+    (torch.cuda, timed with CUDA events after a warm-up), or fp32 products on the CPU (torch, else numpy)."
+  - The result is stored in O(facts_path) (a local fact, C(ansible_local.megaprov_compute)) and returned as the fact
+    C(megaprov_compute), which lands in the controller's fact cache where megaprov plan and train read it.
   - A stored rate is kept while the node is the same (same backend, devices, threads and sizes), so re-runs are
     idempotent; every run still measures and reports the fresh rate against the stored one (a drop means the node
-    is throttled or busy). refresh stores the fresh rate.
+    is throttled or busy). O(refresh) stores the fresh rate.
+  - Measures in check mode too (the GEMMs only read); the fact file is not written then.
 options:
-  python: {description: Interpreter of the training environment (torch)., type: path, required: true}
-  facts_path: {description: Where the rate is stored as JSON (a local fact)., type: path, required: true}
-  seconds: {description: Seconds of timed GEMMs per device after the warm-up., type: float, default: 2.0}
-  cpu_size: {description: Matrix size n of the n x n x n fp32 CPU GEMM., type: int, default: 1024}
-  gpu_size: {description: Matrix size n of the n x n x n bf16 GPU GEMM., type: int, default: 8192}
-  refresh: {description: Store the fresh measurement even when a rate for this node is stored., type: bool, default: false}
-  warn_below: {description: Warn when the fresh rate is below this fraction of the stored one., type: float, default: 0.5}
+  python:
+    description: Interpreter of the training environment (torch).
+    type: path
+    required: true
+  facts_path:
+    description: Where the rate is stored as JSON (a local fact).
+    type: path
+    required: true
+  seconds:
+    description: Seconds of timed GEMMs per device after the warm-up.
+    type: float
+    default: 2.0
+  cpu_size:
+    description: Matrix size n of the n x n x n fp32 CPU GEMM.
+    type: int
+    default: 1024
+  gpu_size:
+    description: Matrix size n of the n x n x n bf16 GPU GEMM.
+    type: int
+    default: 8192
+  refresh:
+    description: Store the fresh measurement even when a rate for this node is stored.
+    type: bool
+    default: false
+  warn_below:
+    description: Warn when the fresh rate is below this fraction of the stored one.
+    type: float
+    default: 0.5
+author:
+  - megaprov contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Measure this node's GEMM rate with the training environment
+  megaprov.cluster.compute_rate:
+    python: /opt/megaprov/venv/bin/python
+    facts_path: /etc/ansible/facts.d/megaprov_compute.fact
+    seconds: 2
+  register: compute
 """
 
 RETURN = r"""
-measured: {description: False when there is no training interpreter yet (nothing measured, nothing stored)., type: bool, returned: always}
-fresh: {description: This run's measurement., type: dict, returned: when measured}
-stored: {description: The rate the fact file holds after this run (null in check mode on a node with none)., type: dict, returned: when measured}
-ratio: {description: Fresh per-device rate over the stored one., type: float, returned: when measured}
-summary: {description: One line for the report., type: str, returned: always}
-warning: {description: The fresh rate is far below the stored one (empty when not)., type: str, returned: always}
+measured:
+  description: False when there is no training interpreter yet (nothing measured, nothing stored).
+  type: bool
+  returned: always
+fresh:
+  description: This run's measurement.
+  type: dict
+  returned: when measured
+stored:
+  description: The rate the fact file holds after this run (null in check mode on a node with none).
+  type: dict
+  returned: when measured
+ratio:
+  description: Fresh per-device rate over the stored one.
+  type: float
+  returned: when measured
+summary:
+  description: One line for the report.
+  type: str
+  returned: always
+warning:
+  description: The fresh rate is far below the stored one (empty when not).
+  type: str
+  returned: always
 """
 
 import json

@@ -1,9 +1,11 @@
 #!/usr/bin/python
+# Copyright: megaprov contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 # megaprov: the NVIDIA driver's state on a node, read-only (Secure Boot, loaded and installed driver, GPUs).
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: megaprov_gpu_state
+module: gpu_state
 short_description: NVIDIA driver state of a node, and what the driver role must do next
 description:
   - Reads Secure Boot from EFI variables, the loaded nvidia module version from sysfs, the installed driver
@@ -29,6 +31,75 @@ options:
     description: File system root to read (tests use a fake tree).
     type: path
     default: /
+author:
+  - megaprov contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Read the NVIDIA driver state
+  megaprov.cluster.gpu_state:
+    driver_packages: [nvidia-driver-570-open, nvidia-driver-570]
+    fabricmanager_packages: [nvidia-fabricmanager-570]
+  register: gpu
+
+- name: Show what the driver role does next
+  ansible.builtin.debug:
+    msg: "{{ gpu.action }} (loaded {{ gpu.loaded_version or 'none' }}, installed {{ gpu.installed_version or 'none' }})"
+"""
+
+RETURN = r"""
+action:
+  description: The driver role's next step, one of no_gpu, none, load, reboot or install.
+  type: str
+  returned: always
+  sample: load
+secure_boot:
+  description: C(enabled), C(disabled) or C(unknown) (no EFI variables, as on a BIOS boot or in a container).
+  type: str
+  returned: always
+mok_enrolled:
+  description: Whether DKMS's signing key (/var/lib/dkms/mok.pub) is enrolled; only tested with Secure Boot enabled.
+  type: bool
+  returned: always
+pci_gpus:
+  description: PCI addresses of the NVIDIA GPUs on the bus, whether or not a driver is bound.
+  type: list
+  elements: str
+  returned: always
+pci_gpu_devices:
+  description: PCI device IDs of those GPUs (such as C(0x2330)), in the same order.
+  type: list
+  elements: str
+  returned: always
+nouveau_loaded:
+  description: Whether the nouveau module is loaded (it holds the GPUs until a reboot).
+  type: bool
+  returned: always
+loaded_version:
+  description: Version of the loaded nvidia kernel module, empty when none is loaded.
+  type: str
+  returned: always
+installed_package:
+  description: The first of O(driver_packages) that is installed, empty when none is.
+  type: str
+  returned: always
+installed_version:
+  description: Upstream version of that package (C(550.127.08) from C(550.127.08-1)), empty when none is installed.
+  type: str
+  returned: always
+fabricmanager_package:
+  description: The first of O(fabricmanager_packages) that is installed, empty when none is.
+  type: str
+  returned: always
+fabricmanager_version:
+  description: Upstream version of that package, empty when none is installed.
+  type: str
+  returned: always
+smi:
+  description: One entry per GPU from nvidia-smi (index, name, driver, persistence, memory_mib); empty when no driver is loaded.
+  type: list
+  elements: dict
+  returned: always
 """
 
 import os
@@ -117,7 +188,7 @@ def dpkg_versions(module, names):
     """{package: version} of the installed packages among names."""
     if not names or not shutil.which("dpkg-query"):
         return {}
-    _, out, _ = module.run_command(["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", *names])
+    rc, out, err = module.run_command(["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n", *names])
     versions = {}
     for line in out.splitlines():
         parts = line.split("\t")
@@ -147,13 +218,13 @@ def main():
     loaded = loaded_version(root)
     smi = []
     if loaded and shutil.which("nvidia-smi"):
-        rc, out, _ = module.run_command(SMI_QUERY)
+        rc, out, err = module.run_command(SMI_QUERY)
         smi = parse_smi(out) if rc == 0 else []
     boot = secure_boot(root)
     enrolled = False
     key = os.path.join(root, "var/lib/dkms/mok.pub")
     if boot == "enabled" and os.path.exists(key) and shutil.which("mokutil"):
-        _, out, err = module.run_command(["mokutil", "--test-key", key])
+        rc, out, err = module.run_command(["mokutil", "--test-key", key])
         enrolled = "already enrolled" in out + err
     state = {
         "secure_boot": boot,

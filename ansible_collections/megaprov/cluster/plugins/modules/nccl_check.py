@@ -1,9 +1,11 @@
 #!/usr/bin/python
+# Copyright: megaprov contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 # megaprov: run an nccl-tests binary and judge it: data errors, bus bandwidth, the transport NCCL chose.
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: megaprov_nccl_check
+module: nccl_check
 short_description: Run nccl-tests (all_reduce_perf) and judge correctness, bus bandwidth and transport
 description:
   - Runs C(argv) with NCCL_DEBUG=INFO, parses the nccl-tests result table (its C(#wrong) columns and the
@@ -12,16 +14,92 @@ description:
     required transport (for example NET/IB or GDRDMA) never appears, or when a forbidden one (NET/Socket) does.
   - With C(baseline_file), the first passing run records its peak bus bandwidth there and later runs must reach
     C(baseline_ratio) of it.
+  - Not supported in check mode (it runs the benchmark).
 options:
-  argv: {type: list, elements: str, required: true, description: The command (all_reduce_perf or mpirun ...).}
-  environment: {type: dict, default: {}, description: Extra environment for the command.}
-  min_busbw_gbps: {type: float, default: 0, description: Peak bus bandwidth the run must reach (0 = report only).}
-  require_transports: {type: list, elements: str, default: [], description: Substrings that must appear in NCCL's channel lines.}
-  forbid_transports: {type: list, elements: str, default: [], description: Substrings that must not appear there.}
-  baseline_file: {type: path, description: JSON file holding the recorded peak bus bandwidth of this test.}
-  baseline_ratio: {type: float, default: 0.8, description: Share of the baseline the run must reach.}
-  timeout: {type: int, default: 600, description: Seconds before the run is killed.}
-  expect_nccl_version: {type: str, description: "NCCL release every rank must load (NCCL's 'NCCL version' line), e.g. the training environment's 2.30.7."}
+  argv:
+    description: The command (all_reduce_perf or mpirun ...).
+    type: list
+    elements: str
+    required: true
+  environment:
+    description: Extra environment for the command.
+    type: dict
+    default: {}
+  min_busbw_gbps:
+    description: Peak bus bandwidth the run must reach (0 = report only).
+    type: float
+    default: 0
+  require_transports:
+    description: Substrings that must appear in NCCL's channel lines.
+    type: list
+    elements: str
+    default: []
+  forbid_transports:
+    description: Substrings that must not appear there.
+    type: list
+    elements: str
+    default: []
+  baseline_file:
+    description: JSON file holding the recorded peak bus bandwidth of this test.
+    type: path
+  baseline_ratio:
+    description: Share of the baseline the run must reach.
+    type: float
+    default: 0.8
+  timeout:
+    description: Seconds before the run is killed.
+    type: int
+    default: 600
+  expect_nccl_version:
+    description: NCCL release every rank must load (NCCL's C(NCCL version) line), for example the training environment's 2.30.7.
+    type: str
+author:
+  - megaprov contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Run all_reduce_perf on the 8 GPUs of this node and require InfiniBand
+  megaprov.cluster.nccl_check:
+    argv: [/opt/nccl-tests/build/all_reduce_perf, -b, 8M, -e, 1G, -f, "2", -g, "8"]
+    min_busbw_gbps: 100
+    require_transports: [NET/IB]
+    forbid_transports: [NET/Socket]
+    baseline_file: /var/lib/megaprov/nccl/all_reduce_single.json
+  register: nccl
+"""
+
+RETURN = r"""
+summary:
+  description: One line for the report (NCCL version, peak and average bus bandwidth, wrong elements, transports, seconds).
+  type: str
+  returned: always
+result:
+  description: The parsed result table (rows, wrong, avg_busbw, peak_busbw, out_of_bounds).
+  type: dict
+  returned: always
+transports:
+  description: The transports NCCL chose, from its C(via ...) channel lines.
+  type: list
+  elements: str
+  returned: always
+nccl_versions:
+  description: The NCCL versions the ranks loaded.
+  type: list
+  elements: str
+  returned: success
+baseline_gbps:
+  description: The recorded peak bus bandwidth the run was held to; null when there was none yet.
+  type: float
+  returned: success
+baseline_recorded:
+  description: Whether this run recorded the baseline (the first passing run with O(baseline_file)).
+  type: bool
+  returned: success
+stdout_tail:
+  description: The last 30 lines of the command's output.
+  type: list
+  elements: str
+  returned: failure
 """
 
 import json
@@ -147,7 +225,9 @@ def main():
         ",".join(versions) or "?", result["peak_busbw"], result["avg_busbw"], result["wrong"], ",".join(seen) or "-", seconds)
     if problems:
         module.fail_json(msg="; ".join(problems), summary=summary, result=result, transports=seen, stdout_tail=out.splitlines()[-30:])
-    module.exit_json(changed=recorded, summary=summary, result=result, transports=seen, nccl_versions=versions, baseline_gbps=baseline, baseline_recorded=recorded)
+    module.exit_json(
+        changed=recorded, summary=summary, result=result, transports=seen, nccl_versions=versions, baseline_gbps=baseline, baseline_recorded=recorded
+    )
 
 
 if __name__ == "__main__":

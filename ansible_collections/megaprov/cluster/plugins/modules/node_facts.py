@@ -1,29 +1,82 @@
 #!/usr/bin/python
-# Copyright: megaprov contributors. Apache-2.0.
+# Copyright: megaprov contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Collect the facts megaprov needs about a node and judge them against the requirements."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: megaprov_node_facts
+module: node_facts
 short_description: Node facts for a GPU training cluster, with a pass/warn/fail verdict
 description:
   - Reads OS, kernel, CPUs, memory, free disk and the sequential write throughput of a directory,
     NVIDIA GPUs (nvidia-smi, or the PCI bus when no driver is loaded), NVLink and NVSwitch topology,
-    and InfiniBand/RoCE HCAs with their port state. Read-only: it never changes the node.
+    and InfiniBand/RoCE HCAs with their port state.
+  - Judges them against O(requirements) and returns every check with its verdict.
+  - It never changes the node apart from the local fact file at O(facts_path) (not written in check mode) and the
+    throughput test's file, which is removed.
 options:
-  scratch_dir: {description: Directory whose free space and write speed are measured., type: path, required: true}
-  write_test_mb: {description: Megabytes written for the throughput test (0 skips it)., type: int, default: 256}
-  requirements: {description: Thresholds (see roles/preflight/defaults/main.yml)., type: dict, required: true}
-  facts_path: {description: Where the stable facts are stored as JSON (a local fact); unchanged content is not rewritten., type: path}
+  scratch_dir:
+    description: Directory whose free space and write speed are measured.
+    type: path
+    required: true
+  write_test_mb:
+    description: Megabytes written for the throughput test (0 skips it).
+    type: int
+    default: 256
+  requirements:
+    description: Thresholds (see the preflight role's defaults/main.yml).
+    type: dict
+    required: true
+  facts_path:
+    description: Where the stable facts are stored as JSON (a local fact); unchanged content is not rewritten.
+    type: path
+author:
+  - megaprov contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Collect this node's facts and judge them
+  megaprov.cluster.node_facts:
+    scratch_dir: /var/tmp
+    write_test_mb: 256
+    facts_path: /etc/ansible/facts.d/megaprov_preflight.fact
+    requirements:
+      min_write_mb_s: 200
+      write_below_min: warn
+      min_memory_gb: 64
+      min_disk_free_gb: 100
+      min_cpus: 16
+      supported_os: [debian 12, ubuntu 24.04]
+      gpu_expected: true
+      gpus_per_node: 8
+  register: preflight
 """
 
 RETURN = r"""
-node: {description: All facts, including measurements., type: dict, returned: always}
-stable: {description: The facts that do not change between runs (stored as a local fact)., type: dict, returned: always}
-checks: {description: "List of {check, status (pass|warn|fail), value, reason}.", type: list, returned: always}
-problems: {description: "The failed checks as 'check: reason (value)'.", type: list, returned: always}
-warnings_list: {description: "The warning checks as 'check: reason (value)'.", type: list, returned: always}
+node:
+  description: All facts, including measurements.
+  type: dict
+  returned: always
+stable:
+  description: The facts that do not change between runs (stored as a local fact).
+  type: dict
+  returned: always
+checks:
+  description: "List of {check, status (pass|warn|fail), value, reason}."
+  type: list
+  elements: dict
+  returned: always
+problems:
+  description: "The failed checks as 'check: reason (value)'."
+  type: list
+  elements: str
+  returned: always
+warnings_list:
+  description: "The warning checks as 'check: reason (value)'."
+  type: list
+  elements: str
+  returned: always
 """
 
 import glob
@@ -32,7 +85,6 @@ import os
 import tempfile
 import platform
 import shutil
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -114,7 +166,7 @@ def write_throughput(directory, megabytes):
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            for _ in range(blocks):
+            for dummy in range(blocks):
                 os.write(fd, block)
             os.fsync(fd)
         finally:
@@ -158,7 +210,9 @@ def judge(node, req):
         if gpus and (want == 0 or len(gpus) == want):
             add("gpus", "pass", "%d x %s" % (len(gpus), gpus[0]["model"]), "driver %s" % gpus[0]["driver"])
         elif gpus:
-            add("gpus", "fail", "%d x %s" % (len(gpus), gpus[0]["model"]), "expected %d GPUs (megaprov_gpus_per_node): a GPU may have fallen off the bus" % want)
+            add(
+                "gpus", "fail", "%d x %s" % (len(gpus), gpus[0]["model"]), "expected %d GPUs (megaprov_gpus_per_node): a GPU may have fallen off the bus" % want
+            )
         elif pci:
             add("gpus", "warn", "%d NVIDIA GPU(s) on PCI" % len(pci), "no NVIDIA driver yet (nvidia-smi missing): the gpu stage installs it")
         else:
@@ -202,7 +256,7 @@ def store_facts(module, path, stable):
 def run_text(module, args):
     if not shutil.which(args[0]):
         return None
-    rc, out, _ = module.run_command(args)
+    rc, out, err = module.run_command(args)
     return out if rc == 0 else None
 
 

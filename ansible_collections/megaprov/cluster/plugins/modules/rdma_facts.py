@@ -1,9 +1,133 @@
 #!/usr/bin/python
+# Copyright: megaprov contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Read-only: RDMA ports, NVIDIA GPUs and the PCIe paths between them, the RDMA stack, and what they imply:
 the NCCL/Gloo network environment, how GPUDirect RDMA can work (DMA-BUF or nvidia-peermem), and the RoCE GID
 an ib_write_bw check must name."""
 
 from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: rdma_facts
+short_description: HCAs, ports, GPUDirect RDMA path and the NCCL environment for a node
+description:
+  - Reads the RDMA ports (InfiniBand or RoCE) and the NVIDIA GPUs of a node from sysfs, with the PCIe paths between
+    them, and the RDMA stack in use (MLNX/DOCA OFED or the distribution's).
+  - Returns what they imply, the NCCL and Gloo network environment, how GPUDirect RDMA can work (DMA-BUF or
+    nvidia-peermem) and the port and RoCE GID an ib_write_bw check must name.
+  - Read-only; supports check mode.
+options:
+  sysfs:
+    description: RDMA devices.
+    type: path
+    default: /sys/class/infiniband
+  pci_devices:
+    description: PCI devices (NVIDIA GPUs are found here).
+    type: path
+    default: /sys/bus/pci/devices
+  gpu_dir:
+    description: The NVIDIA driver's GPU list (one entry per GPU the loaded driver handles).
+    type: path
+    default: /proc/driver/nvidia/gpus
+  driver_version_file:
+    description: Tells open from proprietary kernel modules.
+    type: path
+    default: /proc/driver/nvidia/version
+  module_dir:
+    description: Loaded kernel modules (C(mlx_compat) there tells MLNX/DOCA OFED).
+    type: path
+    default: /sys/module
+  memory_peers_dir:
+    description: Peer-memory API of MLNX/DOCA OFED's ib_core.
+    type: path
+    default: /sys/kernel/mm/memory_peers
+  kernel:
+    description: Kernel release; the running one when not given.
+    type: str
+  socket_interface:
+    description: Interface of the cluster network.
+    type: str
+    required: true
+  compute_hcas:
+    description: NCCL's HCA ports (device or device:port); empty means the active ports near the GPUs.
+    type: list
+    elements: str
+    default: []
+  roce_gid_index:
+    description: C(-1) lets NCCL choose (2.21+); a value of 0 or more is written as C(NCCL_IB_GID_INDEX).
+    type: int
+    default: -1
+  peermem:
+    description:
+      - Whether nvidia-peermem is used, C(auto) (where MLNX/DOCA OFED provides the peer-memory API), C(always) or C(never).
+    type: str
+    default: auto
+    choices: [auto, always, never]
+  ofed_wanted:
+    description: The role installs MLNX/DOCA OFED on this node.
+    type: bool
+    default: false
+  overrides:
+    description: NCCL environment variables that replace the computed ones.
+    type: dict
+    default: {}
+author:
+  - megaprov contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Read the RDMA ports and the NCCL environment they imply
+  megaprov.cluster.rdma_facts:
+    socket_interface: eth0
+    peermem: auto
+  register: rdma
+
+- name: Show the NCCL environment
+  ansible.builtin.debug:
+    var: rdma.nccl_env
+"""
+
+RETURN = r"""
+ports:
+  description: Every port of every RDMA device (device, port, state, rate, link_layer, pci, numa_node, roce_v2_gid_index).
+  type: list
+  elements: dict
+  returned: always
+hcas:
+  description: Names of the RDMA devices.
+  type: list
+  elements: str
+  returned: always
+gpus:
+  description: Number of NVIDIA GPUs (the driver's count or the PCI bus's, whichever is larger).
+  type: int
+  returned: always
+gpu_pci:
+  description: PCI addresses of the NVIDIA GPUs.
+  type: list
+  elements: str
+  returned: always
+nccl_env:
+  description: The NCCL and Gloo environment (NCCL_SOCKET_IFNAME, NCCL_IB_HCA or NCCL_IB_DISABLE, ...).
+  type: dict
+  returned: always
+summary:
+  description: One line for the report.
+  type: str
+  returned: always
+rdma_stack:
+  description: C(mlnx_ofed) or C(distribution).
+  type: str
+  returned: always
+gpudirect:
+  description: How GPU memory reaches the HCA, as method (C(dmabuf), C(peermem) or C(none)), peermem and reason.
+  type: dict
+  returned: always
+bw_port:
+  description: Device, port, link layer and GID index an ib_write_bw check uses; null when no port is chosen.
+  type: dict
+  returned: always
+"""
 
 import os
 import re
@@ -11,25 +135,6 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.megaprov.cluster.plugins.module_utils import pci
-
-DOCUMENTATION = r"""
-module: megaprov_rdma_facts
-short_description: HCAs, ports, GPUDirect RDMA path and the NCCL environment for a node
-options:
-  sysfs: {type: path, default: /sys/class/infiniband, description: RDMA devices}
-  pci_devices: {type: path, default: /sys/bus/pci/devices, description: PCI devices (NVIDIA GPUs are found here)}
-  gpu_dir: {type: path, default: /proc/driver/nvidia/gpus}
-  driver_version_file: {type: path, default: /proc/driver/nvidia/version, description: tells open from proprietary kernel modules}
-  module_dir: {type: path, default: /sys/module}
-  memory_peers_dir: {type: path, default: /sys/kernel/mm/memory_peers, description: peer-memory API of MLNX/DOCA OFED's ib_core}
-  kernel: {type: str, description: kernel release; default the running one}
-  socket_interface: {type: str, required: true, description: interface of the cluster network}
-  compute_hcas: {type: list, elements: str, default: [], description: "NCCL's HCA ports (device or device:port); empty = the active ports near the GPUs"}
-  roce_gid_index: {type: int, default: -1, description: "-1 = NCCL chooses (2.21+); >= 0 is written as NCCL_IB_GID_INDEX"}
-  peermem: {type: str, default: auto, choices: [auto, always, never]}
-  ofed_wanted: {type: bool, default: false, description: the role installs MLNX/DOCA OFED on this node}
-  overrides: {type: dict, default: {}}
-"""
 
 HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -133,7 +238,7 @@ def select_ports(found: list[dict], gpu_list: list[dict], wanted: list[str]) -> 
         return chosen, why, ""
     chosen: list[dict] = []
     for entry in wanted:
-        device, _, port = entry.partition(":")
+        device, sep, port = entry.partition(":")
         match = [p for p in active if p["device"] == device and (not port or str(p["port"]) == port)]
         if not match:
             have = ", ".join(_name(p) for p in active) or "none"
@@ -184,7 +289,11 @@ def gpudirect(gpu_count: int, hca_count: int, stack: str, open_modules: bool | N
         why = "infiniband_peermem=always" if peermem == "always" else "MLNX/DOCA OFED provides the peer-memory API"
         return {"method": "peermem", "peermem": True, "reason": f"nvidia-peermem ({why}); {dmabuf_text}"}
     if dmabuf:
-        return {"method": "dmabuf", "peermem": False, "reason": f"{dmabuf_text}; nvidia-peermem not loaded: the distribution's RDMA stack has no peer-memory API"}
+        return {
+            "method": "dmabuf",
+            "peermem": False,
+            "reason": f"{dmabuf_text}; nvidia-peermem not loaded: the distribution's RDMA stack has no peer-memory API",
+        }
     return {
         "method": "none",
         "peermem": False,
@@ -262,13 +371,17 @@ def main() -> None:
         module.fail_json(msg=error)
     stack = "mlnx_ofed" if p["ofed_wanted"] else rdma_stack(p["module_dir"], p["memory_peers_dir"], shutil.which("ofed_info"))
     kernel = p["kernel"] or os.uname().release
-    direct = gpudirect(max(driver_gpus, len(gpu_list)), len({x["device"] for x in found}), stack, open_kernel_modules(_read(p["driver_version_file"])), kernel, p["peermem"])
+    direct = gpudirect(
+        max(driver_gpus, len(gpu_list)), len({x["device"] for x in found}), stack, open_kernel_modules(_read(p["driver_version_file"])), kernel, p["peermem"]
+    )
     chosen = [x for x in found if env.get("NCCL_IB_HCA", "=")[1:].split(",").count(_name(x))]
     first = chosen[0] if chosen else None
     bw = None
     if first:
         gid = p["roce_gid_index"] if p["roce_gid_index"] >= 0 else first["roce_v2_gid_index"]
-        bw = {"device": first["device"], "port": first["port"], "link_layer": first["link_layer"], "gid_index": gid if first["link_layer"] == "Ethernet" else None}
+        bw = {
+            "device": first["device"], "port": first["port"], "link_layer": first["link_layer"], "gid_index": gid if first["link_layer"] == "Ethernet" else None
+        }
     module.exit_json(
         changed=False,
         ports=found,

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: megaprov contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Write a file to the shared directory, or read every peer's file back and compare checksums.
 
 Access is either a mounted path (kernel NFS, Lustre, GPFS, ...) or NFS in user space through libnfs's
@@ -6,6 +8,111 @@ nfs-cp/nfs-cat (hosts whose kernel has no NFS client, such as the container lab)
 """
 
 from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: shared_check
+short_description: N-writer, N-reader check of a shared directory
+description:
+  - With O(write=true), writes a file of random bytes named after this host and its SHA-256 to the shared directory
+    and returns the checksum. With O(write=false), reads back every writer's file named in O(peers) and compares
+    its checksum with the one the writer returned, so every node is shown to see every other node's writes.
+  - Access is either a mounted path (kernel NFS, Lustre, GPFS, ...) or NFS in user space through libnfs's
+    C(nfs-cp)/C(nfs-cat) (hosts whose kernel has no NFS client, such as the container lab).
+  - In check mode a write is skipped; reading is always done (it changes nothing).
+options:
+  access:
+    description: How the share is reached, a mounted C(path) or C(libnfs).
+    type: str
+    choices: [path, libnfs]
+    required: true
+  root:
+    description: Directory path, or C(nfs://server/export) for libnfs.
+    type: str
+    required: true
+  subdir:
+    description: Existing directory of the share that holds the check files.
+    type: str
+    default: cache
+  name:
+    description: This host's file name.
+    type: str
+    required: true
+  write:
+    description: Write this host's file (true) or read the peers' files back (false).
+    type: bool
+    default: false
+  size_kb:
+    description: Size of the file written, in KiB.
+    type: int
+    default: 1024
+  peers:
+    description: Writer name to the SHA-256 it wrote (an empty string when that writer wrote nothing).
+    type: dict
+    default: {}
+  uid:
+    description: User ID that libnfs presents to the NFS server.
+    type: int
+    default: 0
+  gid:
+    description: Group ID that libnfs presents to the NFS server.
+    type: int
+    default: 0
+  timeout:
+    description: Seconds each C(nfs-cp) or C(nfs-cat) may take.
+    type: int
+    default: 30
+author:
+  - megaprov contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Write this node's check file to the shared directory
+  megaprov.cluster.shared_check:
+    access: path
+    root: /shared
+    name: "{{ inventory_hostname }}"
+    write: true
+  register: written
+
+- name: Read every node's check file back
+  megaprov.cluster.shared_check:
+    access: path
+    root: /shared
+    name: "{{ inventory_hostname }}"
+    peers: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'written') | map(attribute='sha256', default=''))) }}"
+"""
+
+RETURN = r"""
+access:
+  description: The access method used.
+  type: str
+  returned: always
+root:
+  description: The share's root as given.
+  type: str
+  returned: always
+sha256:
+  description: SHA-256 of the file written.
+  type: str
+  returned: when O(write=true) and not in check mode
+file:
+  description: Name of the file written, inside O(subdir).
+  type: str
+  returned: when O(write=true) and not in check mode
+bytes:
+  description: Size of the file written.
+  type: int
+  returned: when O(write=true) and not in check mode
+seconds:
+  description: Seconds the write took.
+  type: float
+  returned: when O(write=true) and not in check mode
+checks:
+  description: One {writer, ok, error} per peer read back.
+  type: list
+  elements: dict
+  returned: when O(write=false)
+"""
 
 import glob
 import hashlib
@@ -17,22 +124,6 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 PREFIX = ".megaprov-check-"
-
-DOCUMENTATION = r"""
-module: megaprov_shared_check
-short_description: N-writer, N-reader check of a shared directory
-options:
-  access: {type: str, choices: [path, libnfs], required: true}
-  root: {type: str, required: true, description: "directory path, or nfs://server/export for libnfs"}
-  subdir: {type: str, default: cache, description: existing directory of the share that holds the check files}
-  name: {type: str, required: true, description: this host's file name}
-  write: {type: bool, default: false}
-  size_kb: {type: int, default: 1024}
-  peers: {type: dict, default: {}, description: "writer name -> SHA-256 it wrote ('' = that writer wrote nothing)"}
-  uid: {type: int, default: 0}
-  gid: {type: int, default: 0}
-  timeout: {type: int, default: 30}
-"""
 
 
 def _url(root: str, rel: str, uid: int, gid: int) -> str:

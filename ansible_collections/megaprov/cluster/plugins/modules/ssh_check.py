@@ -1,29 +1,60 @@
 #!/usr/bin/python
-# Copyright: megaprov contributors. Apache-2.0.
+# Copyright: megaprov contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Check that this node reaches each peer over SSH by name, without any prompt."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: megaprov_ssh_check
+module: ssh_check
 short_description: SSH from this node to each peer, non-interactively, with strict host key checking
 description:
   - Runs C(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes PEER hostname) to every peer in parallel as the
     calling user and compares the answer with the peer's expected hostname. Read-only.
 options:
-  source: {description: Inventory name of this node (for the report)., type: str, required: true}
-  peers: {description: Peer name to the hostname it must answer with., type: dict, required: true}
-  timeout: {description: Seconds each connection may take., type: int, default: 10}
+  source:
+    description: Inventory name of this node (for the report).
+    type: str
+    required: true
+  peers:
+    description: Peer name to the hostname it must answer with.
+    type: dict
+    required: true
+  timeout:
+    description: Seconds each connection may take.
+    type: int
+    default: 10
   left_out:
     description: Mesh hosts left out of the check because Ansible found them unreachable; returned as given, for the report.
     type: list
     elements: str
     default: []
+author:
+  - megaprov contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Check SSH from this node to every other node of the mesh
+  megaprov.cluster.ssh_check:
+    source: "{{ inventory_hostname }}"
+    peers:
+      node2: node2.cluster.example
+      node3: node3.cluster.example
+    timeout: 10
+  register: mesh
 """
 
 RETURN = r"""
-pairs: {description: "One {source, peer, ok, seconds, line} per peer.", type: list, returned: always}
-left_out: {description: The hosts that were not tried because they are unreachable., type: list, returned: always}
+pairs:
+  description: "One {source, peer, ok, seconds, line} per peer."
+  type: list
+  elements: dict
+  returned: always
+left_out:
+  description: The hosts that were not tried because they are unreachable.
+  type: list
+  elements: str
+  returned: always
 """
 
 import time
