@@ -112,3 +112,35 @@ def test_every_tag_in_roles_and_playbooks_is_accepted_by_the_cli():
         used |= set(_tags(yaml.safe_load(path.read_text())))
     assert used <= KNOWN_TAGS, used - KNOWN_TAGS
     assert {"common_install", "ssh_mesh_check", "preflight", "base"} <= used
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_template_without_facts(role):
+    """Ansible validates a role's arguments (a task tagged `always`) in every play of a run, also in plays that
+    `--tags` leaves out, whose fact gathering is skipped: a default that needs a fact then fails the run
+    (`bootstrap --tags preflight` on a fresh controller failed on nvidia_driver_kernel_headers). Every default must
+    template with the magic variables alone."""
+    from ansible.errors import AnsibleUndefinedVariable
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.template import Templar, trust_as_template
+
+    init_plugin_loader()
+    role_dir = ROOT / "ansible_collections/megaprov/cluster/roles" / role
+    defaults = yaml.safe_load((role_dir / "defaults" / "main.yml").read_text()) or {}
+    role_vars = yaml.safe_load((role_dir / "vars" / "main.yml").read_text()) if (role_dir / "vars" / "main.yml").is_file() else {}
+    magic = {
+        "ansible_play_hosts_all": ["n1", "n2"],
+        "groups": {"all": ["n1", "n2"]},
+        "inventory_hostname": "n1",
+        "hostvars": {},
+        "group_names": [],
+        "role_path": str(role_dir),
+    }
+    variables = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in {**defaults, **(role_vars or {})}.items()} | magic
+    templar = Templar(loader=DataLoader(), variables=variables)
+    for name, value in defaults.items():
+        try:
+            templar.template(trust_as_template(value) if isinstance(value, str) else value)
+        except AnsibleUndefinedVariable as exc:
+            pytest.fail(f"{role} default {name} needs a variable that is undefined before facts are gathered: {exc}")
