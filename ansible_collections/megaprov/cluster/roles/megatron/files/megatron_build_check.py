@@ -207,7 +207,7 @@ def core_only(argv):
     parser.add_argument("--swiglu", action="store_true")
     parser.add_argument("--disable-bias-linear", action="store_true")
     parser.add_argument("--position-embedding-type", default="learned_absolute")
-    args, _ = parser.parse_known_args(argv)
+    args = parser.parse_known_args(argv)[0]  # the rest is for pretrain_gpt.py, not for this check
     result = {"mode": "megatron-core", "parse": True, "validate": None, "transformer_impl": args.transformer_impl}
     fusions = {name: getattr(args, name) for name in FUSIONS if hasattr(args, name)}
     fusions["persist_layer_norm"] = not args.no_persist_layer_norm
