@@ -48,7 +48,7 @@ def test_kernel_headers_go_in_before_the_dkms_packages():
     driver = index(tasks, lambda t: (t.get("ansible.builtin.apt") or {}).get("name") == "{{ __nvidia_driver_packages }}", "installing the driver")
     assert max(headers) < min(driver)
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    assert defaults["nvidia_driver_kernel_headers"] == "linux-headers-{{ ansible_kernel }}"
+    assert defaults["nvidia_driver_kernel_headers"] == "linux-headers-{{ ansible_kernel | default('unknown-kernel') }}"
     # A skipped DKMS build still installs "successfully": the role checks the module exists for the running kernel.
     built = index(tasks, lambda t: "nvidia.ko" in str((t.get("ansible.builtin.find") or {}).get("patterns")), "finding the built module")
     assert min(built) > max(driver)

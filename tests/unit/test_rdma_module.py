@@ -244,7 +244,7 @@ def test_doca_path_installs_its_prerequisites_first_and_restarts_openibd_without
     """deb822_repository imports python3-debian on the node; DOCA's modules are DKMS builds for the running kernel;
     the new modules go live by restarting openibd, not by rebooting."""
     defaults = yaml.safe_load((IB_ROLE / "defaults" / "main.yml").read_text())
-    assert set(defaults["infiniband_ofed_prerequisites"]) == {"linux-headers-{{ ansible_kernel }}", "python3-debian"}
+    assert set(defaults["infiniband_ofed_prerequisites"]) == {"linux-headers-{{ ansible_kernel | default('unknown-kernel') }}", "python3-debian"}
     tasks = yaml.safe_load((IB_ROLE / "tasks" / "install.yml").read_text())
     modules = [next(k for k in t if k.startswith("ansible.builtin.")) for t in tasks]
     repo = modules.index("ansible.builtin.deb822_repository")
