@@ -51,6 +51,7 @@ MODULES = {
     "rdma_facts": "ansible_collections/megaprov/cluster/plugins/modules/rdma_facts.py",
     "shared_check": "ansible_collections/megaprov/cluster/plugins/modules/shared_check.py",
     "ssh_check": "ansible_collections/megaprov/cluster/plugins/modules/ssh_check.py",
+    "pci": "ansible_collections/megaprov/cluster/plugins/module_utils/pci.py",
 }
 FAST_TIERS = ["tests/unit", "tests/cli"]
 # Directories the tests read beside the code (they resolve paths from the repository root).
