@@ -1,11 +1,12 @@
 """megaprov against real container nodes over real SSH: lab, bootstrap, preflight, failures."""
 
+import os
 import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import LAB, ROOT, megaprov, podman_exec
+from conftest import LAB, megaprov, podman_exec
 
 pytestmark = pytest.mark.lab
 
@@ -16,7 +17,10 @@ def containers(lab):
 
 def test_lab_up_pins_each_nodes_own_host_key(lab3):
     inventory = Path(lab3["inventory"])
-    assert inventory == ROOT / "inventories" / "lab" / LAB / "inventory.ini"
+    # in megaprov's state directory (the test run keeps it in the checkout: tests/conftest.py), as `lab inventory` says
+    assert inventory == Path(os.environ["MEGAPROV_STATE"]) / "lab" / LAB / "inventory.ini"
+    code, doc, _ = megaprov("lab", "inventory", "--name", LAB, "--output", "json")
+    assert code == 0 and doc["result"]["inventory"] == str(inventory)
     text = inventory.read_text()
     assert "[head]\nnode1\n" in text and text.count("ansible_host=") == 3
     pins = (inventory.parent / "known_hosts").read_text().splitlines()
