@@ -24,7 +24,7 @@ def squashed():
     code, doc, err = megaprov("lab", "up", "--nodes", "2", "--name", LAB, "--output", "json")
     try:
         assert code == 0, err
-        inventory = str(ROOT / "inventories" / "lab" / LAB / "inventory.ini")
+        inventory = doc["result"]["inventory"]
         code, _, err = megaprov("bootstrap", inventory, "--tags", "base,ssh_mesh,storage", "--output", "json")
         assert code == 0, err[-3000:]
         shared = yaml.safe_load((Path(inventory).parent / "group_vars" / "all.yml").read_text())["megaprov_controller_shared_dir"]

@@ -21,7 +21,8 @@ def test_every_role_has_a_scenario():
     """Each role is converged by a scenario: its own, or one that tests roles together (nfs: server + client)."""
     converges = {s: (ROOT / "molecule" / s / "converge.yml").read_text() for s in SCENARIOS}
     for role in sorted(p.name for p in (ROOT / "ansible_collections/megaprov/cluster/roles").iterdir() if p.is_dir()):
-        assert any(re.search(rf"(role|name): {role}\b", text) for text in converges.values()), f"no Molecule scenario converges role {role}"
+        pattern = rf"(role|name): megaprov\.cluster\.{role}\b"  # by FQCN: the collection, not a loose role path
+        assert any(re.search(pattern, text) for text in converges.values()), f"no Molecule scenario converges role {role}"
 
 
 @pytest.mark.lab

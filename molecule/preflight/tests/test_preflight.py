@@ -38,5 +38,11 @@ def test_measurements_are_not_stored(facts):
     assert set(facts["disk"]) == {"path", "total_gb"}
 
 
+def test_the_inventory_setting_beats_the_megaprov_role_default(facts):
+    """megaprov_scratch_dir is /tmp in the scenario's inventory, /var/tmp in the megaprov role's defaults (and in the
+    preflight role's): the measured directory is the inventory's, so the settings role sits below the inventory."""
+    assert facts["disk"]["path"] == "/tmp"
+
+
 def test_the_write_test_leaves_nothing_behind(host):
-    assert host.run("ls -a /var/tmp | grep -c megaprov-preflight").stdout.strip() == "0"
+    assert host.run("ls -a /tmp | grep -c megaprov-preflight").stdout.strip() == "0"
