@@ -94,7 +94,7 @@ def test_the_model_check_uses_the_arguments_megaprov_renders_for_this_node(host)
     """The role's last check, run again here with the role's own script and rules: with the node's fact the rules
     add the local implementation and switch the fused paths off, and the model builds; with no implementation
     arguments (the render before issue 13) Megatron's defaults need Transformer Engine and the build fails."""
-    files = Path(__file__).resolve().parents[3] / "roles" / "megatron" / "files"
+    files = Path(__file__).resolve().parents[3] / "ansible_collections" / "megaprov" / "cluster" / "roles" / "megatron" / "files"
     script = (files / "megatron_build_check.py").read_text()
     rules = (files / "impl-core_v0.16.1.json").read_text()
     assert host.run(f"cat > /tmp/megaprov_check.py <<'EOF'\n{script}\nEOF").rc == 0
