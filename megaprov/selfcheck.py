@@ -105,9 +105,10 @@ def _runner_library() -> Check:
 
 
 def _program(name: str, hint: str, version_flag: str = "--version") -> Check:
-    """An executable megaprov runs: next to this interpreter (its venv's bin) or on PATH."""
-    beside = Path(sys.executable).parent / name
-    found = str(beside) if beside.exists() else shutil.which(name)
+    """An executable megaprov runs, found as its runs find it (runner.find_program), and that it starts."""
+    from megaprov.cluster.runner import find_program
+
+    found = find_program(name)
     if found is None:
         return Check(name, FAIL, "not found next to this Python or on PATH", hint)
     try:

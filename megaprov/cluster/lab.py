@@ -374,7 +374,8 @@ def _host_key(node: Node, deadline: float) -> str:
 
 
 def lab_dir(root: Path, lab: str) -> Path:
-    """A lab's inventory, keys and known_hosts under megaprov's state directory ``root``."""
+    """A lab's inventory, keys and known_hosts under megaprov's state directory ``root`` (a checked name: never a path)."""
+    validate_name(lab)
     return root / "lab" / lab
 
 

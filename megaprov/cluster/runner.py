@@ -112,12 +112,17 @@ def mitogen_strategy_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy"
 
 
+def find_program(name: str) -> str | None:
+    """An executable as megaprov's runs find it: in megaprov's own environment's bin directory first, then on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
 def search_path() -> str:
     """PATH with the bin directory of megaprov's own environment first (the venv need not be activated)."""
-    here = Path(sys.executable).parent
-    if not (here / "ansible-playbook").exists() and shutil.which("ansible-playbook") is None:
+    if find_program("ansible-playbook") is None:
         raise EnvironmentProblem("ansible-playbook is not installed", "pip install megaprov (it depends on ansible-core)")
-    return os.pathsep.join([str(here), os.environ.get("PATH", "/usr/bin:/bin")])
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")])
 
 
 UNSAFE_KEY = "__ansible_unsafe"

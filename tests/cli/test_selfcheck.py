@@ -73,3 +73,12 @@ def test_an_unwritable_state_directory_is_named(tmp_path):
     proc = megaprov("self-check", MEGAPROV_STATE=str(state))
     assert proc.returncode == 5
     assert f"megaprov: error: state: {state} cannot be created or written" in proc.stderr
+
+
+def test_a_lab_name_is_a_name_never_a_path(tmp_path):
+    """`lab inventory --name` builds a path under the state directory: a name like ../x is refused, not followed."""
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "inventory.ini").write_text("[head]\nn1\n")
+    proc = megaprov("lab", "inventory", "--name", "../../x", MEGAPROV_STATE=str(tmp_path / "state"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "megaprov: error: --name '../../x' is not a valid lab name" in proc.stderr
