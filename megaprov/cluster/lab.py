@@ -42,6 +42,10 @@ LAB_SHARE_FSTYPE = "fuse.megaprov-squash"
 LAB_SHARES = Path("/var/lib/megaprov/labs")
 IMAGE_FILES = ("Containerfile", "ssh-hostkeys.conf", "squashfs.py", "megaprov-lab-share.service")
 LAB_WHEELHOUSE = "/srv/megaprov/wheelhouse"  # pytorch_wheelhouse on lab nodes
+# Stand-ins for GPU device files: Slurm's gres.conf File= must name a character device. The lab's nodes have no GPU,
+# but with these slurmd accepts `Gres=gpu:2`, so scheduling by GPU (--gpus-per-node, CUDA_VISIBLE_DEVICES, a refused
+# --gpus beyond the count) is exercised. Nothing else reads them: the GPU stage and preflight look at the PCI bus.
+LAB_GPU_DEVICES = (("/dev/null", "/dev/nvidia0"), ("/dev/zero", "/dev/nvidia1"))
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,openssh-server,sudo,iproute2,procps,ca-certificates,locales"
 HOST_CA_CANDIDATES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 MAX_NODES = 32
@@ -321,6 +325,8 @@ def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | No
     args += ["-v", f"{volume_name(lab)}:{LAB_EXPORT_DIR}", "--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
     if index == 1:
         args += ["--cap-add", "DAC_READ_SEARCH"]
+    for source, target in LAB_GPU_DEVICES:
+        args += ["--device", f"{source}:{target}"]
     return [*args, image]
 
 
@@ -445,6 +451,11 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         f"pytorch_wheelhouse: {LAB_WHEELHOUSE}\n"
         "# The lab trainer runs on megatron-core alone; pretrain_gpt.py needs CUDA.\n"
         "megatron_checkout: false\n"
+        "# Slurm runs the lab's jobs with launch.launcher: slurm. The nodes are containers whose cgroup controllers are\n"
+        "# read-only: Slurm's container profile. Each node has two stand-in GPU device files for gres.\n"
+        "megaprov_scheduler: slurm\n"
+        "slurm_profile: container\n"
+        f"slurm_gpus_per_node: {len(LAB_GPU_DEVICES)}\n"
         "# This machine sees the nodes' shared directory as the volume's directory.\n"
         f"megaprov_controller_shared_dir: {shared}\n"
     )

@@ -24,6 +24,7 @@ SHARED_ACTION = "megaprov.cluster.shared_check"
 FABRIC_ACTION = "megaprov.cluster.rdma_facts"
 GPU_ACTION = "megaprov.cluster.gpu_state"
 NCCL_ACTION = "megaprov.cluster.nccl_check"
+SLURM_ACTION = "megaprov.cluster.slurm_check"
 COMPUTE_ACTION = "megaprov.cluster.compute_rate"
 
 
@@ -52,6 +53,7 @@ class Report:
     fabric: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> summary, ports, nccl_env
     gpu: dict[str, str] = field(default_factory=dict)  # host -> what the driver stage found
     nccl: list[str] = field(default_factory=list)  # one line per all_reduce_perf run
+    slurm: list[str] = field(default_factory=list)  # the scheduler stage's check, from the controller
     compute: dict[str, str] = field(default_factory=dict)  # host -> its measured GEMM rate (stored and this run's)
     stages: list[dict[str, Any]] = field(default_factory=list)  # stage, seconds: where the time went, in order
     exit_code: ExitCode = ExitCode.OK
@@ -187,12 +189,13 @@ def stage_seconds(plays: list[tuple[str, float]], stage_of: dict[str, str], ende
 
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
-    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION, COMPUTE_ACTION))
+    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION, COMPUTE_ACTION, SLURM_ACTION))
     stages = stage_seconds(result.plays, stage_plays(spec.playbook.parent), time.time())
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)
     gpu = {item.host: gpu_summary(item.res) for item in result.results if item.action == GPU_ACTION and "action" in item.res}
     nccl = [f"{item.host}: {item.res['summary']}" for item in result.results if item.action == NCCL_ACTION and "summary" in item.res]
+    slurm = [str(item.res["summary"]) for item in result.results if item.action == SLURM_ACTION and "summary" in item.res]
     mesh = sorted(
         (pair for item in result.results if item.action == MESH_ACTION for pair in item.res.get("pairs", [])), key=lambda p: (p["source"], p["peer"])
     )
@@ -220,6 +223,7 @@ def bootstrap(request: Request) -> Report:
         fabric=fabric,
         gpu=gpu,
         nccl=nccl,
+        slurm=slurm,
         compute=_compute(inventory, result),
         stages=stages,
     )
@@ -333,6 +337,8 @@ def render_bootstrap(report: Report) -> None:
         out.print(f"gpu: {host}: {line}", markup=False)
     for line in report.nccl:
         out.print(f"nccl: {line}", markup=False)
+    for line in report.slurm:
+        out.print(f"slurm: {line}", markup=False)
     for host, line in sorted(report.compute.items()):
         out.print(f"compute: {host}: {line}", markup=False)
     if report.stages:

@@ -233,6 +233,11 @@ def _epoch(stamp: Any) -> float | None:
 
 
 def _message(res: dict[str, Any]) -> str:
+    items = res.get("results")
+    if res.get("msg") == "One or more items failed" and isinstance(items, list):  # a loop: the first failed item's words
+        failed = [r for r in items if isinstance(r, dict) and r.get("failed")]
+        if failed:
+            return f"item {failed[0].get('item')!s:.80}: {_message(failed[0])}"
     keys: tuple[str, ...] = ("msg", "stderr", "reason", "module_stderr", "stdout")
     if res.get("msg") == "non-zero return code":  # a command: its own words are more useful
         keys = ("stderr", "stdout", "msg")

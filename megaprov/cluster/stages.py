@@ -12,6 +12,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("fabric", "RDMA stack, GPUDirect RDMA, IPoIB and /etc/megaprov/nccl.env on the training nodes"),
     ("python", "PyTorch virtual environment (CUDA or CPU build), apex when enabled, Megatron-LM and megatron-core"),
     ("nccl", "nccl-tests with MPI on the shared directory, built against the training environment's NCCL; all_reduce_perf per node and across nodes"),
+    ("scheduler", "optional (megaprov_scheduler: slurm): munge with one cluster key, Slurm configless with GPU gres, health check; sinfo, srun and gres checked"),
 )
 ROLE_TAGS: tuple[str, ...] = (
     "preflight",
@@ -54,5 +55,13 @@ ROLE_TAGS: tuple[str, ...] = (
     "megatron",
     "megatron_install",
     "megatron_check",
+    "munge",
+    "munge_install",
+    "munge_configure",
+    "munge_check",
+    "slurm",
+    "slurm_install",
+    "slurm_configure",
+    "slurm_check",
 )
 KNOWN_TAGS: frozenset[str] = frozenset({name for name, _ in STAGES} | set(ROLE_TAGS) | {"always", "never", "all"})

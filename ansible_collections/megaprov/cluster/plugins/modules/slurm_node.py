@@ -1,0 +1,186 @@
+#!/usr/bin/python
+# Copyright: megaprov contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""What slurm.conf and gres.conf must say about this node: slurmd's own view of its hardware, its GPU device
+files and, where the NVIDIA driver is loaded, the cores next to each GPU in Slurm's numbering."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: slurm_node
+short_description: A node's Slurm NodeName line and gres.conf lines, from slurmd -C and the GPU devices
+description:
+  - Runs C(slurmd -C) (what slurmd will register with: CPUs, sockets, cores, threads, memory) and parses it.
+  - Lists the GPU device files C(/dev/nvidiaN) (N a number) and, where the NVIDIA driver is loaded, maps each to
+    its PCI device (C(/proc/driver/nvidia/gpus/*/information), Device Minor) and that device's C(local_cpulist),
+    turned into Slurm's abstract core numbers (cores counted socket by socket), for gres.conf C(Cores=).
+  - Changes nothing; runs in check mode.
+options:
+  gpus:
+    description: GPUs the node must offer to Slurm; its device files C(/dev/nvidia0) .. C(/dev/nvidia{gpus-1}) must exist.
+    type: int
+    required: true
+  mem_reserve_mb:
+    description: Memory kept from Slurm for the system (RealMemory is slurmd's figure less this).
+    type: int
+    default: 1024
+author: megaprov contributors
+"""
+
+EXAMPLES = r"""
+- name: Read this node's shape for slurm.conf
+  megaprov.cluster.slurm_node:
+    gpus: 8
+"""
+
+RETURN = r"""
+node:
+  description: NodeName, CPUs, Boards, SocketsPerBoard, CoresPerSocket, ThreadsPerCore and RealMemory as slurm.conf takes them.
+  returned: always
+  type: dict
+slurmd_memory_mb:
+  description: RealMemory as slurmd -C reports it.
+  returned: always
+  type: int
+devices:
+  description: One entry per GPU device file offered, with file and cores (Slurm core numbers, "" when unknown).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import glob
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+KEYS = ("NodeName", "CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")
+
+
+def parse_slurmd_c(text):
+    """The first line of ``slurmd -C`` as a dict of its KEY=VALUE words (numbers as int)."""
+    first = next((line for line in text.splitlines() if line.startswith("NodeName=")), "")
+    out = {}
+    for word in first.split():
+        key, sep, value = word.partition("=")
+        if sep:
+            out[key] = int(value) if value.isdigit() else value
+    missing = [k for k in KEYS if k not in out]
+    if missing:
+        raise ValueError("slurmd -C printed no %s (got %r)" % (", ".join(missing), first[:200]))
+    return out
+
+
+def cpu_list(text):
+    """A Linux CPU list ("0-3,8,10-11") as a sorted list of ints."""
+    cpus = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, sep, high = part.partition("-")
+        cpus.update(range(int(low), int(high) + 1) if sep else [int(low)])
+    return sorted(cpus)
+
+
+def ranges(numbers):
+    """Sorted ints as Slurm's compact list: [0,1,2,5] -> "0-2,5"."""
+    out, numbers = [], sorted(set(numbers))
+    i = 0
+    while i < len(numbers):
+        j = i
+        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
+            j += 1
+        out.append(str(numbers[i]) if i == j else "%d-%d" % (numbers[i], numbers[j]))
+        i = j + 1
+    return ",".join(out)
+
+
+def slurm_cores(topology, cpus):
+    """Slurm's abstract core numbers of the OS CPUs ``cpus``. ``topology`` maps an OS CPU to (package id, core id).
+    Slurm numbers cores socket by socket (sockets and cores in ascending id order), whatever the OS numbering."""
+    sockets = sorted({pkg for pkg, _ in topology.values()})
+    cores_of = {pkg: sorted({core for p, core in topology.values() if p == pkg}) for pkg in sockets}
+    base, index = 0, {}
+    for pkg in sockets:
+        for n, core in enumerate(cores_of[pkg]):
+            index[(pkg, core)] = base + n
+        base += len(cores_of[pkg])
+    return sorted({index[topology[cpu]] for cpu in cpus if cpu in topology})
+
+
+def read_topology(root="/sys/devices/system/cpu"):
+    topology = {}
+    for path in glob.glob(os.path.join(root, "cpu[0-9]*", "topology")):
+        cpu = int(re.search(r"cpu(\d+)/topology$", path).group(1))
+        try:
+            with open(os.path.join(path, "physical_package_id")) as f:
+                pkg = int(f.read())
+            with open(os.path.join(path, "core_id")) as f:
+                core = int(f.read())
+        except (OSError, ValueError):
+            continue
+        topology[cpu] = (pkg, core)
+    return topology
+
+
+def driver_minors(root="/proc/driver/nvidia/gpus"):
+    """Device minor (the N of /dev/nvidiaN) -> PCI address, from the loaded NVIDIA driver; {} without it."""
+    out = {}
+    for info in glob.glob(os.path.join(root, "*", "information")):
+        try:
+            with open(info) as f:
+                found = re.search(r"^Device Minor:\s*(\d+)", f.read(), re.M)
+        except OSError:
+            continue
+        if found:
+            out[int(found.group(1))] = os.path.basename(os.path.dirname(info)).lower()
+    return out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={"gpus": {"type": "int", "required": True}, "mem_reserve_mb": {"type": "int", "default": 1024}},
+        supports_check_mode=True,
+    )
+    gpus, reserve = module.params["gpus"], module.params["mem_reserve_mb"]
+    if gpus < 0 or reserve < 0:
+        module.fail_json(msg="gpus=%d and mem_reserve_mb=%d must not be negative" % (gpus, reserve))
+    rc, out, err = module.run_command(["slurmd", "-C"])
+    if rc != 0:
+        module.fail_json(msg="slurmd -C failed (%d): %s" % (rc, (err or out).strip()[-300:]))
+    try:
+        found = parse_slurmd_c(out)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    memory = int(found["RealMemory"])
+    if memory - reserve < 1024:
+        module.fail_json(msg="slurmd -C reports RealMemory=%d MB: less than 1 GB is left after slurm_mem_reserve_mb=%d" % (memory, reserve))
+    node = {k: found[k] for k in KEYS}
+    node["RealMemory"] = memory - reserve
+    minors = driver_minors()
+    topology = read_topology() if minors else {}
+    devices, missing = [], []
+    for n in range(gpus):
+        path = "/dev/nvidia%d" % n
+        if not os.path.exists(path):
+            missing.append(path)
+            continue
+        cores = ""
+        if n in minors and topology:
+            try:
+                with open("/sys/bus/pci/devices/%s/local_cpulist" % minors[n]) as f:
+                    cores = ranges(slurm_cores(topology, cpu_list(f.read())))
+            except (OSError, ValueError):
+                cores = ""
+        devices.append({"file": path, "cores": cores})
+    if missing:
+        module.fail_json(
+            msg="%s: %d GPU(s) expected (slurm_gpus_per_node) but %s missing: load the NVIDIA driver (the gpu stage) "
+            "or set slurm_gpus_per_node to the GPUs this node has" % (node["NodeName"], gpus, ", ".join(missing))
+        )
+    module.exit_json(changed=False, node=node, slurmd_memory_mb=memory, devices=devices)
+
+
+if __name__ == "__main__":
+    main()
