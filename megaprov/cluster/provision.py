@@ -189,7 +189,8 @@ def stage_seconds(plays: list[tuple[str, float]], stage_of: dict[str, str], ende
 
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
-    result = _execute(request, spec, inventory, (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION, COMPUTE_ACTION, SLURM_ACTION))
+    collect = (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION, COMPUTE_ACTION, SLURM_ACTION)
+    result = _execute(request, spec, inventory, collect)
     stages = stage_seconds(result.plays, stage_plays(spec.playbook.parent), time.time())
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)

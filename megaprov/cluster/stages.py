@@ -12,7 +12,10 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("fabric", "RDMA stack, GPUDirect RDMA, IPoIB and /etc/megaprov/nccl.env on the training nodes"),
     ("python", "PyTorch virtual environment (CUDA or CPU build), apex when enabled, Megatron-LM and megatron-core"),
     ("nccl", "nccl-tests with MPI on the shared directory, built against the training environment's NCCL; all_reduce_perf per node and across nodes"),
-    ("scheduler", "optional (megaprov_scheduler: slurm): munge with one cluster key, Slurm configless with GPU gres, health check; sinfo, srun and gres checked"),
+    (
+        "scheduler",
+        "optional (megaprov_scheduler: slurm): munge, one cluster key; Slurm configless, GPU gres, health check; sinfo, srun, gres checked",
+    ),
 )
 ROLE_TAGS: tuple[str, ...] = (
     "preflight",

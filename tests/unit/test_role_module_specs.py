@@ -27,6 +27,8 @@ CHECK_MODE = {
     "node_facts": True,
     "rdma_facts": True,
     "shared_check": True,
+    "slurm_check": True,
+    "slurm_node": True,
     "ssh_check": True,
 }
 # Modules that would send traffic whatever the options (ib_write_bw runs perftest through subprocess, which raises
@@ -47,6 +49,9 @@ REQUIRED = {
     "requirements": {},
     "peer": "192.0.2.1",
     "device": "mlx5_0",
+    "nodes": [],
+    "user": "megaprov",
+    "gpus": 0,
 }
 
 

@@ -40,7 +40,8 @@ options:
     description: Run the srun step.
     type: bool
     default: true
-author: megaprov contributors
+author:
+  - megaprov contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -121,7 +122,7 @@ def main():
             module.fail_json(msg="sinfo failed (%d): %s" % (rc, err.strip()[-300:]), resumed=resumed, states={})
         found = parse_sinfo(out)
         states = {n: found.get(n, ("absent", "")) for n in nodes}
-        if all(is_up(s) for s, _ in states.values()):
+        if all(is_up(s) for s, _r in states.values()):
             break
         lost = [n for n, (s, r) in states.items() if not is_up(s) and (s.endswith("*") or any(x in r.lower() for x in LOST) or s == "unknown")]
         if lost and not reconfigured and not module.check_mode:
@@ -167,7 +168,7 @@ def main():
             rc, out, err = module.run_command(["sinfo", "-h", "-N", "-o", "%N|%T|%E"])
             found = parse_sinfo(out) if rc == 0 else {}
             states = {n: found.get(n, ("absent", "")) for n in nodes}
-            if all(is_up(s) and s != "completing" for s, _ in states.values()) or time.monotonic() > after:
+            if all(is_up(s) and s != "completing" for s, _r in states.values()) or time.monotonic() > after:
                 break
             time.sleep(1)
         bad = ["%s %s%s" % (n, s, " (%s)" % r if r else "") for n, (s, r) in sorted(states.items()) if not is_up(s)]

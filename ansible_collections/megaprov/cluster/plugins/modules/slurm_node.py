@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: slurm_node
 short_description: A node's Slurm NodeName line and gres.conf lines, from slurmd -C and the GPU devices
 description:
-  - Runs C(slurmd -C) (what slurmd will register with: CPUs, sockets, cores, threads, memory) and parses it.
+  - Runs C(slurmd -C) (what slurmd will register with, CPUs, sockets, cores, threads, memory) and parses it.
   - Lists the GPU device files C(/dev/nvidiaN) (N a number) and, where the NVIDIA driver is loaded, maps each to
     its PCI device (C(/proc/driver/nvidia/gpus/*/information), Device Minor) and that device's C(local_cpulist),
     turned into Slurm's abstract core numbers (cores counted socket by socket), for gres.conf C(Cores=).
@@ -24,7 +24,8 @@ options:
     description: Memory kept from Slurm for the system (RealMemory is slurmd's figure less this).
     type: int
     default: 1024
-author: megaprov contributors
+author:
+  - megaprov contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -99,7 +100,7 @@ def ranges(numbers):
 def slurm_cores(topology, cpus):
     """Slurm's abstract core numbers of the OS CPUs ``cpus``. ``topology`` maps an OS CPU to (package id, core id).
     Slurm numbers cores socket by socket (sockets and cores in ascending id order), whatever the OS numbering."""
-    sockets = sorted({pkg for pkg, _ in topology.values()})
+    sockets = sorted({pkg for pkg, _core in topology.values()})
     cores_of = {pkg: sorted({core for p, core in topology.values() if p == pkg}) for pkg in sockets}
     base, index = 0, {}
     for pkg in sockets:
