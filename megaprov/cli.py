@@ -359,7 +359,13 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
     out, err = console(), console(stderr=True)
     job = jobs.start(spec, text, found, planned, jobview.plan_dict(planned), rendered, args.inventory, bool(args.resume), quiet, args.strategy)
     launched = time.time()
-    if not quiet:
+    if not quiet and job.launcher == "slurm":
+        err.print(
+            f"train: job {job.name} submitted to Slurm as job {job.slurm_id} on {job.submit_host} (requeued after a failure up to "
+            f"{spec.launch.max_restarts} times, and before its time limit) in {launched - since:.1f} s; job directory {job.job_dir}",
+            markup=False,
+        )
+    elif not quiet:
         err.print(
             f"train: job {job.name} started on {', '.join(job.hosts)} (restarts: up to {spec.launch.max_restarts}, "
             f"after {jobs.RESTART_SEC} s) in {launched - since:.1f} s; job directory {job.job_dir}",
@@ -371,13 +377,19 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
                 f"job {job.name} runs detached: `megaprov job status {job.name}`, `megaprov job logs {job.name}`, `megaprov job stop {job.name}`",
                 markup=False,
             )
-        return Outcome("train", {"job": job.name, "job_dir": job.job_dir, "state": "running"})
+        return Outcome("train", {"job": job.name, "job_dir": job.job_dir, "state": "running", "slurm_job_id": job.slurm_id or None})
 
     def progress(p: jobs.Progress) -> None:
         if not quiet:
             err.print(jobview.progress_text(p), markup=False)
 
-    outcome = jobs.follow_job(job, spec.model.seq_length, progress, float(args.stall_timeout), log_interval=spec.train.log_interval)
+    def waiting(text: str) -> None:
+        if not quiet:
+            err.print(f"train: {text}", markup=False)
+
+    outcome = jobs.follow_job(
+        job, spec.model.seq_length, progress, float(args.stall_timeout), log_interval=spec.train.log_interval, on_waiting=waiting
+    )
     if outcome.state == "detached":
         if not quiet:
             err.print(
@@ -412,6 +424,7 @@ def _cmd_jobs(args: argparse.Namespace) -> Outcome:
         for r in rows:
             out.print(
                 f"{r['name']}: {r['state']}, verdict {r['verdict'] or '-'}, {r['nodes']} node(s), started {r['started']}, "
+                + (f"Slurm job {r['slurm_job_id']}, " if r.get("slurm_job_id") else "")
                 + typed.printable(str(r["job_dir"])),
                 markup=False,
             )
@@ -426,10 +439,10 @@ def _cmd_job_running(args: argparse.Namespace) -> Outcome:
     out = console()
     if args.job_command == "stop":
         jobs.stop(job, quiet)
+        where = f"Slurm job {job.slurm_id}" if job.launcher == "slurm" else ", ".join(job.hosts)
         if not quiet:
             out.print(
-                f"job {job.name}: stopped on {', '.join(job.hosts)} (ranks save a checkpoint on SIGTERM;"
-                f" `megaprov train --resume {job.name}` continues)",
+                f"job {job.name}: stopped on {where} (ranks save a checkpoint on SIGTERM; `megaprov train --resume {job.name}` continues)",
                 markup=False,
             )
         return Outcome("job stop", {"job": job.name, "state": "stopped"})

@@ -37,6 +37,9 @@ class JobMeta:
     gpus_per_node: int
     gpu: str
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    launcher: str = "systemd"
+    slurm_id: str = ""  # digits only
+    submit_host: str = ""  # a host name (Ansible reaches it to ask Slurm)
 
 
 def _check(check: Any, value: Any, where: str, *args: Any) -> Any:
@@ -81,7 +84,32 @@ def parse(text: str, where: str, name: str) -> JobMeta:
     nodes = _check(values.bounded_int, data.get("nodes", len(hosts)), f"{where}: nodes", 1, values.MAX_HOSTS)
     gpus_per_node = _check(values.bounded_int, data.get("gpus_per_node", 1), f"{where}: gpus_per_node", 1, 64)
     gpu = _check(values.model_name, data.get("gpu", "cpu"), f"{where}: gpu")
-    return JobMeta(name, tuple(hosts), shared, job_dir, checkpoint, render.unit_name(name), state, started, nodes, gpus_per_node, gpu, data)
+    launcher = data.get("launcher", "systemd")
+    if launcher not in ("systemd", "slurm"):
+        raise UsageError(f"{where}: launcher={values.shown(launcher)} is not systemd or slurm", _HINT)
+    slurm_id = data.get("slurm_job_id", "")
+    if not isinstance(slurm_id, str) or not re.fullmatch(r"(\d{1,12})?", slurm_id):
+        raise UsageError(f"{where}: slurm_job_id={values.shown(slurm_id)} is not a Slurm job id", _HINT)
+    submit = data.get("submit_host", "")
+    if launcher == "slurm":
+        submit = _check(values.host_name, submit, f"{where}: submit_host")
+    return JobMeta(
+        name,
+        tuple(hosts),
+        shared,
+        job_dir,
+        checkpoint,
+        render.unit_name(name),
+        state,
+        started,
+        nodes,
+        gpus_per_node,
+        gpu,
+        data,
+        launcher,
+        slurm_id,
+        submit if isinstance(submit, str) else "",
+    )
 
 
 def load(path: Path, name: str) -> JobMeta:

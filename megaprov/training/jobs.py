@@ -27,7 +27,7 @@ from megaprov.errors import EnvironmentProblem, ExitCode, MegaprovError, UsageEr
 from megaprov.output import RunProgress
 from megaprov.owner import as_owner_of
 from megaprov.paths import PACKAGE_DIR, fact_cache_dir, state_dir
-from megaprov.training import follow, jobmeta, render, verdict
+from megaprov.training import follow, jobmeta, launchers, render, verdict
 from megaprov.training.jobspec import JobSpec
 from megaprov.training.planner import Cluster, Plan
 
@@ -51,6 +51,9 @@ class Job:
     local_dir: Path  # as this machine sees it
     checkpoint_dir: str
     unit: str
+    launcher: str = "systemd"  # systemd units, or slurm (megaprov/training/launchers)
+    slurm_id: str = ""  # the Slurm job id (launcher slurm)
+    submit_host: str = ""  # where Slurm jobs are submitted and asked about (the Slurm controller)
 
     def vars(self, **extra: Any) -> dict[str, Any]:
         return {"name": self.name, "hosts": self.hosts, "dir": self.job_dir, "unit": self.unit, "checkpoint_dir": self.checkpoint_dir, **extra}
@@ -112,7 +115,19 @@ def find(name: str, inventory_path: str | None = None) -> Job:
     if not (local / "job.json").is_file():
         raise UsageError(f"no job {name!r} in {local.parent}", "megaprov jobs lists the jobs")
     meta = jobmeta.load(local / "job.json", name)
-    return Job(name, Path(inventory).resolve(), list(meta.hosts), meta.shared_dir, meta.job_dir, local, meta.checkpoint_dir, meta.unit)
+    return Job(
+        name,
+        Path(inventory).resolve(),
+        list(meta.hosts),
+        meta.shared_dir,
+        meta.job_dir,
+        local,
+        meta.checkpoint_dir,
+        meta.unit,
+        meta.launcher,
+        meta.slurm_id,
+        meta.submit_host,
+    )
 
 
 def listing(inventory_path: str | None) -> list[dict[str, Any]]:
@@ -143,6 +158,8 @@ def listing(inventory_path: str | None) -> list[dict[str, Any]]:
                 "nodes": len(meta.hosts),
                 "started": meta.started,
                 "job_dir": str(local),
+                "launcher": meta.launcher,
+                "slurm_job_id": meta.slurm_id or None,
             }
         )
     return rows
@@ -161,7 +178,13 @@ def _report_verdict(path: Path) -> str | None:
 
 
 def _play(
-    job: Job, playbook: str, job_vars: dict[str, Any], quiet: bool, collect: tuple[str, ...] = (), strategy: str = "linear"
+    job: Job,
+    playbook: str,
+    job_vars: dict[str, Any],
+    quiet: bool,
+    collect: tuple[str, ...] = (),
+    strategy: str = "linear",
+    hosts: int | None = None,
 ) -> runner.RunResult:
     spec = runner.RunSpec(
         playbook=paths.playbook(playbook),
@@ -171,7 +194,7 @@ def _play(
         fact_cache_dir=fact_cache_dir(job.inventory),
         options=runner.RunOptions(extravars={"megaprov_job": job_vars}, strategy=strategy),
     )
-    progress = RunProgress(total_hosts=len(job.hosts), quiet=quiet)
+    progress = RunProgress(total_hosts=hosts or len(job.hosts), quiet=quiet)
     try:
         return runner.run(spec, progress, collect)
     finally:
@@ -189,7 +212,7 @@ def _failure(result: runner.RunResult, what: str) -> MegaprovError:
         error.exit_code = ExitCode.UNREACHABLE
         return error
     first = result.failures[0]
-    if first.task.startswith(("Refuse", "Check the training interpreter")):
+    if first.task.startswith(("Refuse", "Check the training interpreter")):  # the job's own settings: a usage error
         return UsageError(f"{what}: {first.message}")
     return JobFailed(f"{what}: {first.host}: task '{first.task}' failed: {first.message}", f"see {result.artifacts}/stdout")
 
@@ -291,6 +314,9 @@ def start(
         )
     user = str(found.host_var(hosts[0], "megaprov_cluster_user", "megaprov"))
     lab = inv.as_bool(found.host_var(hosts[0], "megaprov_lab", False))
+    if spec.launch.launcher == "slurm":
+        job.launcher = "slurm"
+        job.submit_host = submit_host(found)
     started = follow.utc_now()
     meta = {
         "name": spec.name,
@@ -307,7 +333,11 @@ def start(
         "gpu": cluster.gpu.name,
         "inventory": str(job.inventory),
         "train_iters": spec.train.train_iters,
+        "launcher": job.launcher,
+        "stop_grace_s": rendered.stop.unit_s if rendered.stop else 0,
     }
+    if job.launcher == "slurm":
+        meta["submit_host"] = job.submit_host
     if exists:
         old = json.loads((job.local_dir / "job.json").read_text())
         meta["resumes"] = int(old.get("resumes", 0)) + 1
@@ -322,10 +352,14 @@ def start(
         (staging / "job.json").write_text(json.dumps(meta, indent=2) + "\n")
         units = {}
         (staging / STOP_SCRIPT_FILE).write_text(STOP_SCRIPT)
-        for node in rendered.nodes:
-            (staging / "launch" / f"{node.host}.sh").write_text(node.script)
-            units[node.host] = unit_text(spec, job, node.host, node.node_rank, user, lab, rendered.stop)
-            (staging / "launch" / f"{node.host}.service").write_text(units[node.host])
+        if job.launcher == "slurm":
+            (staging / render.SLURM_BATCH_SCRIPT).write_text(rendered.sbatch or "")
+            (staging / render.SLURM_NODE_SCRIPT).write_text(rendered.slurm_node or "")
+        else:
+            for node in rendered.nodes:
+                (staging / "launch" / f"{node.host}.sh").write_text(node.script)
+                units[node.host] = unit_text(spec, job, node.host, node.node_rank, user, lab, rendered.stop)
+                (staging / "launch" / f"{node.host}.service").write_text(units[node.host])
         if spec.launch.trainer == "lab":
             (staging / "bin").mkdir()
             shutil.copy(PACKAGE_DIR / "training" / "trainer.py", staging / render.LAB_TRAINER_FILE)
@@ -336,15 +370,22 @@ def start(
             python=spec.launch.python, master_port=spec.launch.master_port, bundle=str(bundle), resume=resume, shape=model_shape(spec), units=units
         )
         try:
-            result = _play(job, "job_launch.yml", job_vars, quiet, strategy=strategy)
+            launchers.of(job.launcher).start(job, job_vars, quiet, strategy)
         finally:
             bundle.unlink(missing_ok=True)
-    if not result.ok:
-        if any(f.play.startswith("Start") for f in result.failures):
-            _play(job, "job_stop.yml", job.vars(), quiet)  # some units may run: stop them all
-        raise _failure(result, f"job {spec.name} not started")
+    if job.slurm_id:
+        set_state(job, "submitted", slurm_job_id=job.slurm_id)
     remember(job)
     return job
+
+
+def submit_host(found: inv.Inventory) -> str:
+    """Where Slurm jobs are submitted: the [slurm_controller] host, else [head] (the scheduler stage's controller)."""
+    for group in ("slurm_controller", "head"):
+        members = found.hosts_of(group)
+        if members:
+            return members[0]
+    raise UsageError(f"{found.path}: no [head] host to submit Slurm jobs on", "add the Slurm controller as [head] or [slurm_controller]")
 
 
 def _bundle(directory: Path, target: Path) -> None:
@@ -363,21 +404,13 @@ def _bundle(directory: Path, target: Path) -> None:
 
 
 def stop(job: Job, quiet: bool) -> None:
-    result = _play(job, "job_stop.yml", job.vars(), quiet)
-    if not result.ok:
-        raise _failure(result, f"job {job.name}: stop failed")
+    launchers.of(job.launcher).stop(job, quiet)
     set_state(job, "stopped")
 
 
 def unit_states(job: Job, quiet: bool) -> dict[str, dict[str, str]]:
-    result = _play(job, "job_status.yml", job.vars(), quiet, collect=("ansible.builtin.command", "command"))
-    if not result.ok:
-        raise _failure(result, f"job {job.name}: unit state unknown")
-    states = {}
-    for task in result.results:
-        pairs = (line.partition("=") for line in str(task.res.get("stdout", "")).splitlines())
-        states[task.host] = {k: v for k, _, v in pairs}
-    return states
+    """What the job's launcher says: each node's unit (systemd), or the Slurm job (key ``slurm``)."""
+    return launchers.of(job.launcher).states(job, quiet)
 
 
 def set_state(job: Job, state: str, **extra: Any) -> None:
@@ -432,16 +465,30 @@ def follow_job(
     poll: float = 0.5,
     quiet: bool = False,
     log_interval: int = 1,
+    on_waiting: Callable[[str], None] | None = None,
 ) -> Outcome:
-    readers = {host: follow.LogReader(job.local_dir / "logs" / f"{host}.log") for host in job.hosts}
+    """Follow the job's node logs until it finished, failed for good, stalled or the operator detached. The nodes
+    whose logs are read come from the launcher (a Slurm job's appear as its allocation starts them). While no node
+    runs (a Slurm job waiting in the queue, or requeued), the launcher is asked about the job every
+    ``WAIT_POLL`` seconds and ``on_waiting`` hears what it says when that changes; the stall clock does not run
+    while the job waits in a queue."""
+    launcher = launchers.of(job.launcher)
+    readers: dict[str, follow.LogReader] = {}
     log = follow.JobLog(seq_length, log_interval)
     last_news = time.monotonic()
     all_down_since: float | None = None
+    last_asked = 0.0
+    said = ""
     shown = -1
     with as_owner_of(job.local_dir):
         (job.local_dir / "metrics.jsonl").write_text("")  # the logs are read from their start again (a resumed job)
     try:
         while True:
+            for host in launcher.log_hosts(job):
+                if host not in readers:
+                    readers[host] = follow.LogReader(job.local_dir / "logs" / f"{host}.log")
+            if job.launcher == "slurm" and sorted(readers) != sorted(job.hosts) and readers:
+                job.hosts = sorted(readers)
             now = time.time()
             news = False
             new: list[follow.Iteration] = []
@@ -456,16 +503,30 @@ def follow_job(
                 if log.furthest != shown and log.furthest:
                     shown = log.furthest
                     on_progress(_progress(job.name, log))
-            states = [log.node_state(h) for h in job.hosts]
-            if all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
+            hosts = list(readers) or list(job.hosts)
+            states = [log.node_state(h) for h in hosts]
+            if readers and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
                 return Outcome("finished", log)
-            if all(s.startswith(("exited", "failed")) for s in states):
+            waiting = job.launcher == "slurm" and not any(s == "running" for s in states)
+            if waiting and time.monotonic() - last_asked > WAIT_POLL:
+                last_asked = time.monotonic()
+                found = launcher.state(job, quiet=True)  # type: ignore[attr-defined]
+                if found.describe() != said:
+                    said = found.describe()
+                    if on_waiting:
+                        on_waiting(said)
+                if found.state == "PENDING":
+                    last_news = time.monotonic()  # a queue is not a stall
+                elif not found.alive:
+                    if readers and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
+                        return Outcome("finished", log)
+                    return Outcome("failed", log, f"{said}; " + "; ".join(launcher_events(job)[-2:]))
+            if not waiting and readers and all(s.startswith(("exited", "failed")) for s in states):
                 all_down_since = all_down_since or time.monotonic()
                 if time.monotonic() - all_down_since > RESTART_SEC + 15:  # the units would have started torchrun again by now
-                    units = unit_states(job, quiet=True)
-                    if not any(u.get("ActiveState") in ("active", "activating", "reloading") for u in units.values()):
-                        failed = ", ".join(f"{h} ({s})" for h, s in zip(job.hosts, states, strict=True) if s != "exited-0")
-                        return Outcome("failed", log, f"torchrun ended on {failed} and the units gave up")
+                    reason = launcher.gave_up(job, log, quiet=True)
+                    if reason is not None:
+                        return Outcome("failed", log, reason)
                     all_down_since = None
             else:
                 all_down_since = None
@@ -475,6 +536,16 @@ def follow_job(
             time.sleep(poll)
     except KeyboardInterrupt:
         return Outcome("detached", log, "interrupted: the job keeps running on the nodes")
+
+
+WAIT_POLL = 5.0  # seconds between questions to Slurm while no node runs the job
+
+
+def launcher_events(job: Job) -> list[str]:
+    """The Slurm batch script's own lines (allocations, requeues, the end), for reasons and reports."""
+    from megaprov.training.launchers import slurm
+
+    return slurm._events(job)
 
 
 def _progress(name: str, log: follow.JobLog) -> Progress:
@@ -557,13 +628,22 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
     if (job.local_dir / "report.json").is_file() or not meta_path.is_file():
         return False
     meta = jobmeta.load(meta_path, job.name)
-    if meta.state not in ("starting", "running"):
+    if meta.state not in ("starting", "running", "submitted"):
         return False
     spec, _ = launch.read(str(job.local_dir / "spec.yml"))
+    if job.launcher == "slurm":
+        job.hosts = launchers.of("slurm").log_hosts(job) or job.hosts
     log = read_log(job, spec.model.seq_length, spec.train.log_interval)
     states = [log.node_state(h) for h in job.hosts]
+    slurm = (units or {}).get("slurm")
     if all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
         outcome = Outcome("finished", log)
+    elif slurm is not None:  # a Slurm job is over when Slurm says so (a requeued one waits again)
+        from megaprov.training.launchers.slurm import ALIVE
+
+        if slurm.get("state") in ALIVE:
+            return False
+        outcome = Outcome("failed", log, f"slurm job {slurm.get('slurm_job_id')} {slurm.get('state')}: " + "; ".join(launcher_events(job)[-2:]))
     elif units is not None and all(s.startswith(("exited", "failed")) for s in states):
         if any(units.get(h, {}).get("ActiveState") in ("active", "activating", "reloading", "deactivating") for h in job.hosts):
             return False

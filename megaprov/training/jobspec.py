@@ -195,6 +195,11 @@ class Slurm(_Section):
     account: str | None = None
     time: str | None = Field(None, pattern=r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$", description="walltime, e.g. 2-00:00:00")
     qos: str | None = None
+    shape: Literal["torchrun", "per-gpu"] = Field(
+        "torchrun",
+        description="torchrun: srun starts one torchrun per node (as the systemd launcher); per-gpu: one task per GPU, "
+        "ranks from SLURM_PROCID/LOCALID/NTASKS",
+    )
 
     @field_validator("partition", "account", "qos")
     @classmethod

@@ -168,11 +168,15 @@ def render_suggest(found: list[Candidate], seconds: float) -> None:
 def render_dry_run(rendered: Rendered) -> None:
     out = console()
     out.print(f"# job {rendered.job}: job directory {rendered.job_dir}, checkpoints {rendered.checkpoint_dir}", markup=False)
-    for node in rendered.nodes:
-        out.print(f"\n# ---- {node.host} (node rank {node.node_rank})", markup=False)
-        out.print(node.script, markup=False, end="")
+    if rendered.slurm_node:  # launcher slurm: one node script for whatever nodes Slurm allocates
+        out.print("\n# ---- launch/slurm-node.sh (srun runs it on every node of the allocation)", markup=False)
+        out.print(rendered.slurm_node, markup=False, end="")
+    else:
+        for node in rendered.nodes:
+            out.print(f"\n# ---- {node.host} (node rank {node.node_rank})", markup=False)
+            out.print(node.script, markup=False, end="")
     if rendered.sbatch:
-        out.print("\n# ---- sbatch script", markup=False)
+        out.print("\n# ---- launch/job.sbatch (submitted on the Slurm controller)", markup=False)
         out.print(rendered.sbatch, markup=False, end="")
 
 
@@ -250,6 +254,7 @@ def job_status(job: Job, units: dict[str, dict[str, str]]) -> tuple[dict[str, An
         "checkpoint": max(log.saves, default=0),
         "restarts": len(log.restarts),
         "nodes": {h: {"log": log.node_state(h), **units.get(h, {})} for h in job.hosts},
+        **({"slurm": units["slurm"]} if "slurm" in units else {}),
         "verdict": json.loads(report.read_text())["verdict"] if report.is_file() else None,
         "errors": log.errors,
     }
@@ -264,7 +269,17 @@ def render_job_status(meta: dict[str, Any], status: dict[str, Any]) -> None:
         f"checkpoint {status['checkpoint'] or '-'}, restarts {status['restarts']}, verdict {status['verdict'] or '-'}",
         markup=False,
     )
+    if "slurm" in status:
+        from megaprov.training.launchers.slurm import SlurmState
+
+        sl = status["slurm"]
+        position = int(sl["position"]) if sl.get("position") else None
+        found = SlurmState(sl["slurm_job_id"], sl["state"], sl["reason"], sl["nodes"], int(sl["restarts"] or 0), position, int(sl["pending"] or 0))
+        out.print(f"  {found.describe()}", markup=False)
     for host, node in status["nodes"].items():
+        if "slurm" in status:
+            out.print(f"  {host}: torchrun {node['log']}", markup=False)
+            continue
         unit = f"unit {node.get('ActiveState', '?')}/{node.get('SubState', '?')}, {node.get('NRestarts', '?')} unit restart(s)"
         out.print(f"  {host}: torchrun {node['log']}, {unit}", markup=False)
     for line in status["errors"][-3:]:

@@ -404,8 +404,6 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
         out.add("model.vocab_size", f"model.vocab_size is unset and data.tokenizer.type={tok.type} does not imply one", "set model.vocab_size")
     if c.directory is not None and ".." in c.directory.split("/"):
         out.add("checkpoint.directory", f"checkpoint.directory={c.directory} contains '..'", "give a path inside the shared directory")
-    if launch.trainer == "lab" and launch.launcher != "torchrun":
-        out.add("launch.launcher", f"launch.launcher={launch.launcher} does not run the lab trainer", "use launcher: torchrun with trainer: lab")
     if launch.trainer == "lab" and (p.pipeline > 1 or p.context > 1 or p.virtual_stages):
         out.add("parallel.pipeline", "the lab trainer supports tensor and data parallelism only", "set pipeline: 1 and context: 1 for trainer: lab")
     for key in launch.env:

@@ -202,6 +202,7 @@ class Rendered:
     stack: str = ""  # what the implementation choice rests on (node facts, or what was assumed)
     transformer_impl: str = ""
     stop: StopGrace | None = None
+    slurm_node: str | None = None  # what srun runs on each node (launcher slurm)
 
 
 def _under(shared: str, path: str) -> str:
@@ -565,45 +566,150 @@ def _is_number(text: str) -> bool:
     return True
 
 
+SLURM_NODE_SCRIPT = "launch/slurm-node.sh"
+SLURM_BATCH_SCRIPT = "launch/job.sbatch"
+SLURM_STOP_FILE = "launch/stop"  # megaprov job stop: the batch script ends without requeueing
+SLURM_FAILURES_FILE = "launch/failures"  # restarts after a failure so far (a time-limit continuation is not one)
+SLURM_EVENTS = "logs/slurm.log"  # the batch script's lines: each allocation, requeue and end
+
+
+def slurm_node_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None = None) -> str:
+    """What ``srun`` runs on each node of the allocation: the same node log, start and exit lines as the systemd
+    launcher's node script, with the node's name and rank from Slurm. Shape ``torchrun``: one task per node runs
+    torchrun (node rank SLURM_NODEID); shape ``per-gpu``: one task per GPU runs the trainer itself with the rank
+    variables torch.distributed reads (RANK=SLURM_PROCID, LOCAL_RANK=SLURM_LOCALID, WORLD_SIZE=SLURM_NTASKS), and
+    local rank 0 speaks for the node."""
+    shared = cluster.shared_dir
+    jdir = job_dir(spec, shared)
+    stack = stack_of(cluster)
+    grace = stop_grace(spec, cluster)
+    env = _env(spec, passed, grace)
+    per_gpu = spec.launch.slurm.shape == "per-gpu"
+    if per_gpu:
+        argv = [spec.launch.python, *_entry(spec, shared), *megatron_args(spec, shared, stack)]
+        command = " ".join(shlex.quote(w) for w in argv)
+    else:
+        argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "localhost", shared, stack)
+        # The node's rank and the rendezvous host are known only inside the allocation: those two words are shell
+        # variables, placed by position (never by searching the quoted text, which holds user strings).
+        at_run_time = {argv.index("--node-rank") + 1: '"$rank"', argv.index("--master-addr") + 1: '"$MASTER_ADDR"'}
+        command = " ".join(at_run_time.get(i, shlex.quote(word)) for i, word in enumerate(argv))
+    lines = [
+        "#!/bin/bash",
+        f"# megaprov job {spec.name}: run by srun on every node of its Slurm allocation (Megatron-LM {PINNED_MEGATRON}).",
+        "set -uo pipefail",
+        "host=${SLURMD_NODENAME:-$(hostname -s)}",
+        'case $host in ""|.*|*[!A-Za-z0-9._-]*) echo "megaprov: unusable node name $host" >&2; exit 2 ;; esac',
+        "rank=${SLURM_NODEID:?}",
+        *(
+            [
+                "export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE",
+                f"export MASTER_PORT={spec.launch.master_port}",
+                'speaker=0; [ "$SLURM_LOCALID" = 0 ] && speaker=1',
+            ]
+            if per_gpu
+            else ["speaker=1"]
+        ),
+        f'exec >>{shlex.quote(jdir)}/logs/"$host".log 2>&1',
+        f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
+        *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+        _path_line(spec),
+        f"cd {shlex.quote(jdir)}",
+        'if [ "$speaker" = 1 ] && command -v nvidia-smi >/dev/null 2>&1; then  # GPU utilisation and memory, every 2 s',
+        f'    nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits -lms 2000 >>{shlex.quote(jdir)}/logs/gpu-"$host".csv 2>/dev/null &',
+        "    sampler=$!",
+        "    trap 'kill $sampler 2>/dev/null' EXIT",
+        "fi",
+        f'if [ "$speaker" = 1 ]; then echo "{START_LINE.format(host="$host", rank="$rank")}"; fi',
+        "# Slurm's SIGTERM (job stop, the time limit) reaches this script: pass it on, the ranks save and exit (143).",
+        "stopping=0",
+        "trap 'stopping=1; kill -TERM $child 2>/dev/null' TERM",
+        f"{command} &",
+        "child=$!",
+        "wait $child",
+        "rc=$?",
+        'if [ "$stopping" = 1 ]; then wait $child; rc=143; fi',
+        f'if [ "$speaker" = 1 ]; then echo "{EXIT_LINE.format(host="$host", rank="$rank")}"; fi',
+        "exit $rc",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None = None) -> str:
-    """An sbatch script: one torchrun per node through srun, rendezvous on the first node of the allocation."""
+    """The batch script: the allocation, srun of the node script on every node, and what happens when it ends.
+    A failure requeues the job (``scontrol requeue``: the same Slurm id, a new allocation) up to
+    ``launch.max_restarts`` times; the ranks resume from the latest checkpoint, and a node the epilog's health check
+    drained is not allocated again. Before the time limit Slurm signals this script (``--signal=B:USR1@grace``): it
+    sends the steps SIGTERM, the ranks save and exit, and the job is requeued to continue (not counted as a
+    failure). ``megaprov job stop`` leaves ``launch/stop`` first: the job then ends without a requeue."""
     shared = cluster.shared_dir
     jdir = job_dir(spec, shared)
     s = spec.launch.slurm
+    grace = stop_grace(spec, cluster)
+    # #SBATCH lines are read by sbatch, which quotes nothing: only plain words and plain paths go there.
+    values.sbatch_path(jdir, "the job directory")
+    lead = max(120, grace.unit_s)
+    per_gpu = s.shape == "per-gpu"
     head = [
         "#!/bin/bash",
         f"#SBATCH --job-name={spec.name}",
         f"#SBATCH --nodes={cluster.nodes}",
-        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --ntasks-per-node={cluster.gpus_per_node if per_gpu else 1}",
     ]
     if cluster.gpu.name != "cpu":
         head.append(f"#SBATCH --gpus-per-node={cluster.gpus_per_node}")
-    # #SBATCH lines are read by sbatch, which quotes nothing: only plain words and plain paths go there.
-    values.sbatch_path(jdir, "the job directory")
-    grace = stop_grace(spec, cluster)
-    # Slurm sends SIGTERM this long before the time limit: the ranks save within it (Slurm's KillWait, a cluster
-    # setting, bounds a scancel's SIGTERM-to-SIGKILL: set it to at least the grace for large models).
-    lead = max(120, grace.unit_s)
-    head += ["#SBATCH --exclusive", f"#SBATCH --output={jdir}/slurm-%j.out", "#SBATCH --requeue", f"#SBATCH --signal=TERM@{lead}"]
+    head += [
+        "#SBATCH --exclusive",
+        f"#SBATCH --output={jdir}/logs/slurm-%j.out",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --requeue",
+        # Slurm signals the batch script this long before the time limit: its ranks save within it.
+        f"#SBATCH --signal=B:USR1@{lead}",
+    ]
     for key, value in (("partition", s.partition), ("account", s.account), ("time", s.time), ("qos", s.qos)):
         if value:
             head.append(f"#SBATCH --{key}={values.sbatch_value(value, f'launch.slurm.{key}')}")
-    env = _env(spec, passed, grace)
-    argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "localhost", shared, stack_of(cluster))
-    # Each node's rank and the rendezvous host are known only inside the allocation: those two words are shell
-    # variables, placed by position (never by searching the quoted text, which holds user strings).
-    at_run_time = {argv.index("--node-rank") + 1: '"$SLURM_NODEID"', argv.index("--master-addr") + 1: '"$MASTER_ADDR"'}
-    inner = " ".join(at_run_time.get(i, shlex.quote(word)) for i, word in enumerate(argv))
+    q = shlex.quote
+    events = q(posixpath.join(jdir, SLURM_EVENTS))
+    stamp = "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
+    tasks = f"--ntasks-per-node={cluster.gpus_per_node}" if per_gpu else "--ntasks-per-node=1"
     body = [
-        "set -euo pipefail",
-        f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
-        *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
-        _path_line(spec),
+        "set -uo pipefail",
+        f"jdir={q(jdir)}",
+        f"max_restarts={spec.launch.max_restarts}",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "export MASTER_ADDR",
-        f"mkdir -p {shlex.quote(jdir)}",
-        f"cd {shlex.quote(jdir)}",
-        f"srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c {shlex.quote('exec ' + inner)}",
+        f'echo "megaprov: slurm job $SLURM_JOB_ID allocation ${{SLURM_RESTART_COUNT:-0}} running on $SLURM_JOB_NODELIST at {stamp}" >>{events}',
+        "limit=0",
+        "# Near the time limit: SIGTERM to the steps (not to this script); the ranks save a checkpoint and exit.",
+        """trap 'limit=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""",
+        f'srun --kill-on-bad-exit=1 {tasks} --cpu-bind=none bash "$jdir/{SLURM_NODE_SCRIPT}" &',
+        "step=$!",
+        "while :; do wait $step; rc=$?; kill -0 $step 2>/dev/null || break; done",
+        f'if [ -e "$jdir/{SLURM_STOP_FILE}" ]; then',
+        f'    echo "megaprov: slurm job $SLURM_JOB_ID stopped (megaprov job stop), status $rc at {stamp}" >>{events}',
+        "    exit 0",
+        "fi",
+        'if [ "$limit" = 1 ]; then',
+        f'    echo "megaprov: slurm job $SLURM_JOB_ID reached its time limit: saved, requeued to continue at {stamp}" >>{events}',
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "    exit 0",
+        "fi",
+        'if [ "$rc" = 0 ]; then',
+        f'    echo "megaprov: slurm job $SLURM_JOB_ID finished at {stamp}" >>{events}',
+        "    exit 0",
+        "fi",
+        f'failures=$(cat "$jdir/{SLURM_FAILURES_FILE}" 2>/dev/null || echo 0)',
+        'case $failures in ""|*[!0-9]*) failures=0 ;; esac',
+        'if [ "$failures" -lt "$max_restarts" ]; then',
+        f'    echo $((failures + 1)) >"$jdir/{SLURM_FAILURES_FILE}"',
+        f'    echo "megaprov: slurm job $SLURM_JOB_ID failed with status $rc: requeued'
+        f' (restart $((failures + 1)) of $max_restarts) at {stamp}" >>{events}',
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "    exit 0",
+        "fi",
+        f'echo "megaprov: slurm job $SLURM_JOB_ID failed with status $rc: no restarts left ($max_restarts) at {stamp}" >>{events}',
+        "exit $rc",
     ]
     return "\n".join(head + [""] + body) + "\n"
 
@@ -662,7 +768,18 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
         argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, rank, master, shared, stack)
         script = _script(spec, name, rank, cluster.nodes, env, argv, shared, about)
         launches.append(NodeLaunch(name, rank, tuple(argv), tuple(sorted(env.items())), script))
-    sbatch = sbatch_script(spec, cluster, passed) if spec.launch.launcher == "slurm" else None
+    slurm = spec.launch.launcher == "slurm"
+    sbatch = sbatch_script(spec, cluster, passed) if slurm else None
+    node_script = slurm_node_script(spec, cluster, passed) if slurm else None
     return Rendered(
-        spec.name, job_dir(spec, shared), ckpt, tuple(megatron_args(spec, shared, stack)), tuple(launches), sbatch, stack.describe(), impl, grace
+        spec.name,
+        job_dir(spec, shared),
+        ckpt,
+        tuple(megatron_args(spec, shared, stack)),
+        tuple(launches),
+        sbatch,
+        stack.describe(),
+        impl,
+        grace,
+        node_script,
     )

@@ -1,0 +1,45 @@
+"""Launchers: how a rendered job starts on the nodes, how its state is read, how it is stopped, where its logs are.
+
+``systemd`` (launch.launcher: torchrun): one supervised unit per node, started through Ansible; the units restart
+torchrun after a failure. ``slurm`` (launch.launcher: slurm): the batch script submitted to Slurm, which allocates
+the nodes, runs the node script with srun and requeues after a failure. Both write the same node logs
+(``logs/<node>.log``) into the job directory: one follower, one verdict and one report serve both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from megaprov.training.follow import JobLog
+    from megaprov.training.jobs import Job
+
+
+class Launcher(Protocol):
+    name: str
+
+    def start(self, job: Job, job_vars: dict[str, Any], quiet: bool, strategy: str) -> None:
+        """Start the staged job (its bundle is in ``job_vars``); raise with the reason when it cannot."""
+
+    def stop(self, job: Job, quiet: bool) -> None:
+        """SIGTERM to every rank (they save a checkpoint), wait for them, leave nothing running."""
+
+    def states(self, job: Job, quiet: bool) -> dict[str, dict[str, str]]:
+        """What the launcher says about the job: per node (systemd units) or for the job (``slurm``)."""
+
+    def log_hosts(self, job: Job) -> list[str]:
+        """The nodes whose logs the follower reads now."""
+
+    def gave_up(self, job: Job, log: JobLog, quiet: bool) -> str | None:
+        """Asked when every node's torchrun has exited: the reason the job will not run again, or None."""
+
+
+def of(name: str) -> Launcher:
+    """The launcher of a job: ``slurm``, or ``systemd`` (a spec's launcher ``torchrun``, and every older job)."""
+    if name == "slurm":
+        from megaprov.training.launchers.slurm import SlurmLauncher
+
+        return SlurmLauncher()
+    from megaprov.training.launchers.systemd import SystemdLauncher
+
+    return SystemdLauncher()

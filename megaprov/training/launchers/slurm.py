@@ -1,0 +1,191 @@
+"""The Slurm launcher: the rendered batch script is submitted on the Slurm controller as the cluster user (through
+Ansible, ``job_slurm.yml``), Slurm runs ``launch/slurm-node.sh`` on every node of the allocation, and the follower
+reads the same node logs as with systemd units. Restarts are Slurm's: the batch script requeues the job after a
+failure (up to ``launch.max_restarts``) and before its time limit; ``megaprov job stop`` signals the steps.
+
+What Slurm says about a job is parsed here (pure functions): ``scontrol show job -o`` and the pending queue.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from megaprov import values
+from megaprov.errors import UsageError
+
+SLURM_ID = re.compile(r"^\d{1,12}$")
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+ALIVE = (
+    "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SlurmState:
+    """One look at a Slurm job. ``state`` is Slurm's JobState, or ``GONE`` once slurmctld forgot it (MinJobAge)."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    restarts: int = 0
+    position: int | None = None  # 1 = next to start, among the pending jobs in priority order
+    pending: int = 0  # jobs pending in the whole queue
+    exit_code: str = ""
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ALIVE
+
+    def describe(self) -> str:
+        if self.state == "PENDING":
+            where = f", {self.position} of {self.pending} in the queue" if self.position else ""
+            return f"slurm job {self.job_id} PENDING ({self.reason or 'None'}{where})"
+        if self.state == "GONE":
+            return f"slurm job {self.job_id} no longer known to slurmctld"
+        nodes = f" on {self.nodes}" if self.nodes and self.nodes != "(null)" else ""
+        extra = f", exit {self.exit_code}" if self.state in ENDED and self.exit_code else ""
+        return f"slurm job {self.job_id} {self.state}{nodes}{extra}" + (f", requeued {self.restarts} time(s)" if self.restarts else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "slurm_job_id": self.job_id,
+            "state": self.state,
+            "reason": self.reason,
+            "nodes": self.nodes,
+            "restarts": self.restarts,
+            "position": self.position,
+            "pending": self.pending,
+            "exit_code": self.exit_code,
+        }
+
+
+def job_id(text: str, where: str) -> str:
+    """A Slurm job id as sbatch --parsable prints it (``ID`` or ``ID;cluster``), checked."""
+    first = text.strip().splitlines()[-1].split(";")[0].strip() if text.strip() else ""
+    if not SLURM_ID.fullmatch(first):
+        raise UsageError(f"{where}: {values.shown(text.strip()[:80])} is not a Slurm job id", "see the job's submission on the Slurm controller")
+    return first
+
+
+def fields(line: str) -> dict[str, str]:
+    """``scontrol show job -o`` KEY=VALUE words. Values hold no spaces except Reason/Comment-like fields at the end
+    of a word run, which are joined back to the key before them."""
+    out: dict[str, str] = {}
+    key = ""
+    for word in line.split():
+        name, sep, value = word.partition("=")
+        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_:/]*", name):
+            key = name
+            out[key] = value
+        elif key:
+            out[key] += " " + word
+    return out
+
+
+def parse_state(job: str, text: str) -> SlurmState:
+    """The state from the status play's output: ``scontrol show job -o ID`` then ``--- pending`` and the ids of
+    the pending jobs in priority order. Pure."""
+    head, _, pending_text = text.partition("--- pending")
+    line = next((ln for ln in head.splitlines() if ln.startswith("JobId=")), "")
+    pending_ids = [p.strip() for p in pending_text.split() if SLURM_ID.fullmatch(p.strip())]
+    if not line:
+        return SlurmState(job, "GONE", pending=len(pending_ids))
+    f = fields(line)
+    state = f.get("JobState", "UNKNOWN").split()[0]
+    try:
+        restarts = int(f.get("Restarts", "0"))
+    except ValueError:
+        restarts = 0
+    reason = f.get("Reason", "")
+    position = pending_ids.index(job) + 1 if job in pending_ids else None
+    return SlurmState(
+        job,
+        state if re.fullmatch(r"[A-Z_]{1,32}", state) else "UNKNOWN",
+        "" if reason == "None" else values.printable(reason)[:200],
+        values.printable(f.get("NodeList", ""))[:200],
+        restarts,
+        position,
+        len(pending_ids),
+        f.get("ExitCode", "")[:16],
+    )
+
+
+class SlurmLauncher:
+    name = "slurm"
+
+    def _run(self, job: Any, action: str, quiet: bool, **extra: Any) -> Any:
+        from megaprov.training import jobs
+
+        job_vars = job.vars(action=action, submit_host=job.submit_host, slurm_id=job.slurm_id or "0", **extra)
+        return jobs._play(job, "job_slurm.yml", job_vars, quiet, collect=("ansible.builtin.command", "command"), hosts=1)
+
+    def start(self, job: Any, job_vars: dict[str, Any], quiet: bool, strategy: str) -> None:
+        from megaprov.training import jobs
+
+        submit = {**job_vars, "action": "submit", "submit_host": job.submit_host, "slurm_id": "0", "grace": 0}
+        result = jobs._play(job, "job_slurm.yml", submit, quiet, collect=("ansible.builtin.command", "command"), hosts=1)
+        if not result.ok:
+            raise jobs._failure(result, f"job {job.name} not submitted")
+        submitted = [t for t in result.results if t.task == "Submit the batch script"]
+        if not submitted:
+            raise jobs.JobFailed(f"job {job.name}: sbatch printed no job id", f"see {result.artifacts}/stdout")
+        job.slurm_id = job_id(str(submitted[-1].res.get("stdout", "")), "sbatch --parsable")
+
+    def state(self, job: Any, quiet: bool = True) -> SlurmState:
+        from megaprov.training import jobs
+
+        result = self._run(job, "status", quiet)
+        if not result.ok:
+            raise jobs._failure(result, f"job {job.name}: Slurm state unknown")
+        found = [t for t in result.results if t.task == "Read the job's state"]
+        return parse_state(job.slurm_id, str(found[-1].res.get("stdout", "")) if found else "")
+
+    def stop(self, job: Any, quiet: bool) -> None:
+        from megaprov.training import jobs
+
+        grace = _grace(job)
+        result = self._run(job, "stop", quiet, grace=grace)
+        if not result.ok:
+            raise jobs._failure(result, f"job {job.name}: stop failed")
+
+    def states(self, job: Any, quiet: bool) -> dict[str, dict[str, str]]:
+        found = self.state(job, quiet)
+        return {"slurm": {k: "" if v is None else str(v) for k, v in found.as_dict().items()}}
+
+    def log_hosts(self, job: Any) -> list[str]:
+        """The nodes Slurm ran the job on: their logs appear in the job directory as the node script starts."""
+        logs = job.local_dir / "logs"
+        found = sorted(p.stem for p in logs.glob("*.log") if p.stem != "slurm" and values.HOST_NAME.fullmatch(p.stem)) if logs.is_dir() else []
+        return found
+
+    def gave_up(self, job: Any, log: Any, quiet: bool) -> str | None:
+        found = self.state(job, quiet=True)
+        if found.alive:
+            return None
+        return f"{found.describe()}; " + "; ".join(_events(job)[-2:])
+
+
+def _events(job: Any) -> list[str]:
+    from megaprov.training import render
+
+    path = job.local_dir / render.SLURM_EVENTS
+    try:
+        text = values.read_text(path, "Slurm events", 1 << 20)
+    except UsageError:
+        return []
+    return [values.printable(line.removeprefix("megaprov: ")) for line in text.splitlines() if line.startswith("megaprov: slurm job")]
+
+
+def _grace(job: Any) -> int:
+    """Seconds ``job stop`` waits for the ranks' checkpoint: the stop grace rendered for the job (job.json)."""
+    import json
+
+    try:
+        meta = json.loads((job.local_dir / "job.json").read_text())
+        grace = int(meta.get("stop_grace_s", 0))
+    except (OSError, ValueError, TypeError):
+        grace = 0
+    return min(max(grace, 60), 6 * 3600 + 120)
