@@ -361,8 +361,8 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
     launched = time.time()
     if not quiet and job.launcher == "slurm":
         err.print(
-            f"train: job {job.name} submitted to Slurm as job {job.slurm_id} on {job.submit_host} (requeued after a failure up to "
-            f"{spec.launch.max_restarts} times, and before its time limit) in {launched - since:.1f} s; job directory {job.job_dir}",
+            f"train: job {job.name} submitted to Slurm as job {job.slurm_id} on {job.submit_host} (continued in a new allocation after a "
+            f"failure, up to {spec.launch.max_restarts} times, and at its time limit) in {launched - since:.1f} s; job directory {job.job_dir}",
             markup=False,
         )
     elif not quiet:

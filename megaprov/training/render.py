@@ -568,9 +568,10 @@ def _is_number(text: str) -> bool:
 
 SLURM_NODE_SCRIPT = "launch/slurm-node.sh"
 SLURM_BATCH_SCRIPT = "launch/job.sbatch"
-SLURM_STOP_FILE = "launch/stop"  # megaprov job stop: the batch script ends without requeueing
+SLURM_STOP_FILE = "launch/stop"  # megaprov job stop: the batch script ends without a continuation
 SLURM_FAILURES_FILE = "launch/failures"  # restarts after a failure so far (a time-limit continuation is not one)
-SLURM_EVENTS = "logs/slurm.log"  # the batch script's lines: each allocation, requeue and end
+SLURM_JOBS_FILE = "launch/slurm-jobs"  # the ids of the continuations, one per line, the current one last
+SLURM_EVENTS = "logs/slurm.log"  # the batch script's lines: each allocation, continuation and end
 
 
 def slurm_node_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None = None) -> str:
@@ -637,11 +638,11 @@ def slurm_node_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | 
 
 def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None = None) -> str:
     """The batch script: the allocation, srun of the node script on every node, and what happens when it ends.
-    A failure requeues the job (``scontrol requeue``: the same Slurm id, a new allocation) up to
-    ``launch.max_restarts`` times; the ranks resume from the latest checkpoint, and a node the epilog's health check
-    drained is not allocated again. Before the time limit Slurm signals this script (``--signal=B:USR1@grace``): it
-    sends the steps SIGTERM, the ranks save and exit, and the job is requeued to continue (not counted as a
-    failure). ``megaprov job stop`` leaves ``launch/stop`` first: the job then ends without a requeue."""
+    After a failure it submits its continuation (the same script, ``--dependency=afterany`` on itself, a new
+    allocation) up to ``launch.max_restarts`` times; the ranks resume from the latest checkpoint, and a node the
+    epilog's health check drained is not allocated again. Before the time limit Slurm signals this script
+    (``--signal=B:USR1@grace``): it sends the steps SIGTERM, the ranks save and exit, and a continuation carries on
+    (not counted as a failure). ``megaprov job stop`` leaves ``launch/stop`` first: the job then ends there."""
     shared = cluster.shared_dir
     jdir = job_dir(spec, shared)
     s = spec.launch.slurm
@@ -679,7 +680,7 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         f"max_restarts={spec.launch.max_restarts}",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "export MASTER_ADDR",
-        f'echo "megaprov: slurm job $SLURM_JOB_ID allocation ${{SLURM_RESTART_COUNT:-0}} running on $SLURM_JOB_NODELIST at {stamp}" >>{events}',
+        f'echo "megaprov: slurm job $SLURM_JOB_ID running on $SLURM_JOB_NODELIST at {stamp}" >>{events}',
         "limit=0",
         "# Near the time limit: SIGTERM to the steps (not to this script); the ranks save a checkpoint and exit.",
         """trap 'limit=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""",
@@ -690,11 +691,21 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         f'    echo "megaprov: slurm job $SLURM_JOB_ID stopped (megaprov job stop), status $rc at {stamp}" >>{events}',
         "    exit 0",
         "fi",
-        'if [ "$limit" = 1 ]; then',
-        f'    echo "megaprov: slurm job $SLURM_JOB_ID reached its time limit: saved, requeued to continue at {stamp}" >>{events}',
-        '    scontrol requeue "$SLURM_JOB_ID"',
+        "# A continuation: the same batch script as a new job that starts when this one has ended (afterany), in a new",
+        "# allocation (a node the epilog's health check drained is left out); its id goes to launch/slurm-jobs, where",
+        "# megaprov follows it. (scontrol requeue would keep the id, but Slurm holds a requeued job for 2 minutes.)",
+        "continue_job() {",
+        f'    next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" "$jdir/{SLURM_BATCH_SCRIPT}" 2>&1)',
+        "    next=${next%%;*}",
+        '    case $next in ""|*[!0-9]*)',
+        f'        echo "megaprov: slurm job $SLURM_JOB_ID $1: the continuation was refused: $next at {stamp}" >>{events}',
+        "        exit 1 ;;",
+        "    esac",
+        f'    echo "$next" >>"$jdir/{SLURM_JOBS_FILE}"',
+        f'    echo "megaprov: slurm job $SLURM_JOB_ID $1: continues as slurm job $next at {stamp}" >>{events}',
         "    exit 0",
-        "fi",
+        "}",
+        'if [ "$limit" = 1 ]; then continue_job "reached its time limit (saved)"; fi',
         'if [ "$rc" = 0 ]; then',
         f'    echo "megaprov: slurm job $SLURM_JOB_ID finished at {stamp}" >>{events}',
         "    exit 0",
@@ -703,10 +714,7 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         'case $failures in ""|*[!0-9]*) failures=0 ;; esac',
         'if [ "$failures" -lt "$max_restarts" ]; then',
         f'    echo $((failures + 1)) >"$jdir/{SLURM_FAILURES_FILE}"',
-        f'    echo "megaprov: slurm job $SLURM_JOB_ID failed with status $rc: requeued'
-        f' (restart $((failures + 1)) of $max_restarts) at {stamp}" >>{events}',
-        '    scontrol requeue "$SLURM_JOB_ID"',
-        "    exit 0",
+        '    continue_job "failed with status $rc (restart $((failures + 1)) of $max_restarts)"',
         "fi",
         f'echo "megaprov: slurm job $SLURM_JOB_ID failed with status $rc: no restarts left ($max_restarts) at {stamp}" >>{events}',
         "exit $rc",

@@ -2,7 +2,7 @@
 
 ``systemd`` (launch.launcher: torchrun): one supervised unit per node, started through Ansible; the units restart
 torchrun after a failure. ``slurm`` (launch.launcher: slurm): the batch script submitted to Slurm, which allocates
-the nodes, runs the node script with srun and requeues after a failure. Both write the same node logs
+the nodes, runs the node script with srun and continues the job in a new allocation after a failure. Both write the same node logs
 (``logs/<node>.log``) into the job directory: one follower, one verdict and one report serve both.
 """
 

@@ -1,7 +1,8 @@
 """The Slurm launcher: the rendered batch script is submitted on the Slurm controller as the cluster user (through
 Ansible, ``job_slurm.yml``), Slurm runs ``launch/slurm-node.sh`` on every node of the allocation, and the follower
-reads the same node logs as with systemd units. Restarts are Slurm's: the batch script requeues the job after a
-failure (up to ``launch.max_restarts``) and before its time limit; ``megaprov job stop`` signals the steps.
+reads the same node logs as with systemd units. Restarts are Slurm jobs: after a failure (up to
+``launch.max_restarts``) and at its time limit the batch script submits its continuation (``--dependency=afterany``),
+whose id it appends to ``launch/slurm-jobs``; ``megaprov job stop`` signals the steps of the current one.
 
 What Slurm says about a job is parsed here (pure functions): ``scontrol show job -o`` and the pending queue.
 """
@@ -62,6 +63,19 @@ class SlurmState:
         }
 
 
+def current_id(job: Any) -> str:
+    """The job's current Slurm id: its latest continuation (``launch/slurm-jobs``), else the one megaprov submitted.
+    The file is on the shared directory (the cluster user writes it): only whole digit lines count."""
+    from megaprov.training import render
+
+    try:
+        text = values.read_text(job.local_dir / render.SLURM_JOBS_FILE, "Slurm continuations", 1 << 20)
+    except UsageError:
+        return str(job.slurm_id)
+    ids = [line.strip() for line in text.splitlines() if SLURM_ID.fullmatch(line.strip())]
+    return ids[-1] if ids else str(job.slurm_id)
+
+
 def job_id(text: str, where: str) -> str:
     """A Slurm job id as sbatch --parsable prints it (``ID`` or ``ID;cluster``), checked."""
     first = text.strip().splitlines()[-1].split(";")[0].strip() if text.strip() else ""
@@ -119,7 +133,7 @@ class SlurmLauncher:
     def _run(self, job: Any, action: str, quiet: bool, **extra: Any) -> Any:
         from megaprov.training import jobs
 
-        job_vars = job.vars(action=action, submit_host=job.submit_host, slurm_id=job.slurm_id or "0", **extra)
+        job_vars = job.vars(action=action, submit_host=job.submit_host, slurm_id=current_id(job) or "0", **extra)
         return jobs._play(job, "job_slurm.yml", job_vars, quiet, collect=("ansible.builtin.command", "command"), hosts=1)
 
     def start(self, job: Any, job_vars: dict[str, Any], quiet: bool, strategy: str) -> None:
@@ -141,7 +155,7 @@ class SlurmLauncher:
         if not result.ok:
             raise jobs._failure(result, f"job {job.name}: Slurm state unknown")
         found = [t for t in result.results if t.task == "Read the job's state"]
-        return parse_state(job.slurm_id, str(found[-1].res.get("stdout", "")) if found else "")
+        return parse_state(current_id(job), str(found[-1].res.get("stdout", "")) if found else "")
 
     def stop(self, job: Any, quiet: bool) -> None:
         from megaprov.training import jobs
