@@ -1,7 +1,7 @@
 """What the golden files of the example jobs hold (tests/unit/golden/): each example's pretrain_gpt.py arguments
 (<job>.args), the node script of its node rank 0 (<job>.node0.sh) and, for a Slurm job, its sbatch script
-(<job>.sbatch), rendered on a fixed cluster. tests/unit/test_render.py compares them; only scripts/update_golden.py
-writes them."""
+(<job>.sbatch) and the script srun runs on every node (<job>.slurm-node.sh), rendered on a fixed cluster.
+tests/unit/test_render.py compares them; only scripts/update_golden.py writes them."""
 
 from __future__ import annotations
 
@@ -35,4 +35,6 @@ def golden_files(job: str) -> dict[str, str]:
     files[f"{job}.node0.sh"] = rendered.nodes[0].script
     if rendered.sbatch is not None:
         files[f"{job}.sbatch"] = rendered.sbatch
+    if rendered.slurm_node is not None:
+        files[f"{job}.slurm-node.sh"] = rendered.slurm_node
     return files

@@ -375,7 +375,7 @@ def test_small_helpers_of_the_messages():
     data = {"a": [1, {"b": 2}]}
     assert jobspec._lookup(data, ("a", 1, "b")) == 2
     assert [jobspec._lookup(data, p) for p in (("a", 2), ("a", "x"), ("a", 0, "b"), ("z",))] == [None, None, None, None]
-    assert jobspec._section_fields(("launch", "slurm")) == ["partition", "account", "time", "qos"]
+    assert jobspec._section_fields(("launch", "slurm")) == ["partition", "account", "time", "qos", "shape"]
     assert jobspec._section_fields(("data", "prefixes", 0)) == ["path", "weight"]
     assert jobspec._section_fields(("nope",)) == [] and jobspec._section_fields(("name",)) == []
     assert jobspec.line_map("") == {} and jobspec.line_map("x: 1\n") == {("x",): 1}

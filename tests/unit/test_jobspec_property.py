@@ -378,19 +378,23 @@ def _check_rendered(spec, case, rendered):
     else:
         assert "--transformer-impl" not in args and _value(args, "--distributed-backend") == "gloo"
     if spec.launch.launcher == "slurm":
-        _check_sbatch(rendered.sbatch, nodes, gpn, args)
+        _check_sbatch(rendered.sbatch, rendered.slurm_node, nodes, gpn, args, spec.launch.slurm.shape)
     else:
-        assert rendered.sbatch is None
+        assert rendered.sbatch is None and rendered.slurm_node is None
 
 
-def _check_sbatch(text, nodes, gpn, args):
-    assert text is not None
+def _check_sbatch(text, node, nodes, gpn, args, shape):
+    assert text is not None and node is not None
     lines = text.splitlines()
     assert f"#SBATCH --nodes={nodes}" in lines and f"#SBATCH --gpus-per-node={gpn}" in lines
-    [srun] = [line for line in lines if line.startswith("srun ")]
-    inner = shlex.split(shlex.split(srun)[-1])
-    assert inner[0] == "exec"
-    argv = [{"$SLURM_NODEID": "3", "$MASTER_ADDR": "head"}.get(w, w) for w in inner[1:]]
+    assert f"#SBATCH --ntasks-per-node={gpn if shape == 'per-gpu' else 1}" in lines
+    node_lines = node.splitlines()
+    words = shlex.split(node_lines[node_lines.index("child=$!") - 1])
+    assert words[-1] == "&"
+    if shape == "per-gpu":  # the trainer itself, one per GPU: torch.distributed reads Slurm's ranks from the environment
+        assert words[1].endswith(".py") and words[2:-1] == args
+        return
+    argv = [{"$rank": "3", "$MASTER_ADDR": "head"}.get(w, w) for w in words[:-1]]
     ns = parse_torchrun(argv)
     assert (ns.nnodes, ns.nproc_per_node, ns.node_rank, ns.master_addr) == (str(nodes), str(gpn), 3, "head")
     assert ns.training_script_args == args

@@ -40,8 +40,9 @@ def test_a_175b_job_gets_a_grace_far_above_torchruns_30_seconds():
     assert "export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=" + str(out.stop.torchrun_s) in out.nodes[0].script
     unit = _unit(spec, out)
     assert int(unit["TimeoutStopSec"]) == out.stop.unit_s > out.stop.torchrun_s  # systemd outwaits torchrun
-    assert out.sbatch is not None and f"#SBATCH --signal=TERM@{out.stop.unit_s}" in out.sbatch.splitlines()
-    assert "export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=" in out.sbatch
+    # Slurm: the batch script hears of the time limit that long before it (USR1), the node script carries the wait
+    assert out.sbatch is not None and f"#SBATCH --signal=B:USR1@{out.stop.unit_s}" in out.sbatch.splitlines()
+    assert out.slurm_node is not None and f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT={out.stop.torchrun_s}" in out.slurm_node.splitlines()
 
 
 def test_a_faster_shared_directory_shortens_it_and_the_bound_holds():

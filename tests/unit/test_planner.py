@@ -432,10 +432,6 @@ def _gpt345m(*changes):
             ("checkpoint.directory", "checkpoint.directory=runs/../../etc contains '..'", "give a path inside the shared directory"),
         ),
         (
-            [("launch", {"trainer": "lab", "launcher": "slurm"})],
-            ("launch.launcher", "launch.launcher=slurm does not run the lab trainer", "use launcher: torchrun with trainer: lab"),
-        ),
-        (
             [("launch", {"trainer": "lab"}), ("parallel", {"pipeline": 2})],
             ("parallel.pipeline", "the lab trainer supports tensor and data parallelism only", "set pipeline: 1 and context: 1 for trainer: lab"),
         ),

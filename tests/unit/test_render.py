@@ -182,10 +182,10 @@ def test_nproc_per_node_is_the_clusters_gpu_count_not_the_specs():
         assert int(ns.nnodes) * int(ns.nproc_per_node) == 8
         assert "--nproc-per-node 4 " in node.script
     slurm = s.model_copy(update={"launch": s.launch.model_copy(update={"launcher": "slurm"})})
-    text = render.render(slurm, cluster_for(slurm, gpus_per_node=4), hosts(2)).sbatch
-    assert text is not None
-    assert "#SBATCH --gpus-per-node=4" in text.splitlines() and "#SBATCH --nodes=2" in text.splitlines()
-    assert " --nnodes 2 --nproc-per-node 4 " in text
+    rendered = render.render(slurm, cluster_for(slurm, gpus_per_node=4), hosts(2))
+    assert rendered.sbatch is not None and rendered.slurm_node is not None
+    assert "#SBATCH --gpus-per-node=4" in rendered.sbatch.splitlines() and "#SBATCH --nodes=2" in rendered.sbatch.splitlines()
+    assert " --nnodes 2 --nproc-per-node 4 " in rendered.slurm_node
 
 
 def test_lab_trainer_runs_from_the_job_directory():
@@ -226,14 +226,17 @@ def test_operator_debug_variables_pass_through_but_the_spec_wins():
 def test_sbatch_script():
     s = spec("gpt3-175b-128nodes")
     out = render.render(s, cluster_for(s), hosts(128))
-    text = out.sbatch
-    assert text is not None
+    text, node = out.sbatch, out.slurm_node
+    assert text is not None and node is not None
     for line in ("#SBATCH --nodes=128", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch", "#SBATCH --time=4:00:00", "#SBATCH --requeue"):
         assert line in text.splitlines(), line
-    assert '--node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR" --master-port 29500' in text
-    assert 'export PATH=/opt/megaprov/venv/bin:"$PATH"' in text.splitlines()
-    result = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
-    assert result.returncode == 0, result.stderr
+    assert 'srun --kill-on-bad-exit=1 --ntasks-per-node=1 --cpu-bind=none bash "$jdir/launch/slurm-node.sh" &' in text.splitlines()
+    # the node script: torchrun with Slurm's node rank and the allocation's first node as the rendezvous
+    assert '--node-rank "$rank" --master-addr "$MASTER_ADDR" --master-port 29500' in node
+    assert "rank=${SLURM_NODEID:?}" in node.splitlines() and 'export PATH=/opt/megaprov/venv/bin:"$PATH"' in node.splitlines()
+    for script in (text, node):
+        result = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+        assert result.returncode == 0, result.stderr
 
 
 def test_unknown_pass_through_flag_is_named_with_a_suggestion():
@@ -259,9 +262,9 @@ def test_checkpoint_outside_the_shared_dir_is_refused():
 def test_sbatch_placeholders_cannot_be_forged_by_user_strings():
     s = spec("gpt-345m-1node")
     launch = s.launch.model_copy(update={"launcher": "slurm", "extra_args": ["--wandb-project", "x@@MASTER@@y"]})
-    text = render.sbatch_script(s.model_copy(update={"launch": launch}), cluster_for(s))
+    text = render.slurm_node_script(s.model_copy(update={"launch": launch}), cluster_for(s))
     assert "x@@MASTER@@y" in text and 'x"$MASTER_ADDR"y' not in text
-    assert '--node-rank "$SLURM_NODEID"' in text and '--master-addr "$MASTER_ADDR"' in text
+    assert '--node-rank "$rank"' in text and '--master-addr "$MASTER_ADDR"' in text
 
 
 def test_too_few_nodes_in_the_inventory():
@@ -485,17 +488,23 @@ def test_sbatch_header_for_cpu_nodes_with_every_slurm_field():
         "#SBATCH --nodes=2",
         "#SBATCH --ntasks-per-node=1",  # no --gpus-per-node: CPU nodes
         "#SBATCH --exclusive",
-        "#SBATCH --output=/shared/jobs/lab-tiny/slurm-%j.out",
+        "#SBATCH --output=/shared/jobs/lab-tiny/logs/slurm-%j.out",
+        "#SBATCH --open-mode=append",  # a continuation appends
         "#SBATCH --requeue",
-        "#SBATCH --signal=TERM@121",  # the unit's 121 s (test above), above the 120 s floor
+        "#SBATCH --signal=B:USR1@121",  # the unit's 121 s (test above), above the 120 s floor; to the batch script
         "#SBATCH --partition=p1",
         "#SBATCH --account=acct",
         "#SBATCH --time=1-00:00:00",
         "#SBATCH --qos=high",
     ]
     lines = body.splitlines()
-    assert lines[:2] == ["set -euo pipefail", "if [ -r /etc/megaprov/nccl.env ]; then set -a; . /etc/megaprov/nccl.env; set +a; fi"]
-    exports = [line for line in lines if line.startswith("export ")]
+    assert lines[:3] == ["set -uo pipefail", "jdir=/shared/jobs/lab-tiny", "max_restarts=3"]
+    assert """trap 'limit=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""" in lines
+    # the continuation: the same script, after this job (afterany), its id where megaprov follows it
+    assert '    next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" "$jdir/launch/job.sbatch" 2>&1)' in lines
+    assert '    echo "$next" >>"$jdir/launch/slurm-jobs"' in lines
+    node = render.slurm_node_script(s, cluster_for(s), {"NCCL_DEBUG": "INFO", "HOME": "/root"}).splitlines()
+    exports = [line for line in node if line.startswith("export ")]
     assert exports == [
         "export CUDA_DEVICE_MAX_CONNECTIONS=1",
         "export NCCL_DEBUG=INFO",
@@ -503,10 +512,39 @@ def test_sbatch_header_for_cpu_nodes_with_every_slurm_field():
         "export PYTHONUNBUFFERED=1",
         "export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=61",
         'export PATH=/opt/megaprov/venv/bin:"$PATH"',
-        "export MASTER_ADDR",
     ]
-    assert "mkdir -p /shared/jobs/lab-tiny" in lines and "cd /shared/jobs/lab-tiny" in lines
-    assert lines[-1].startswith("srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c 'exec /opt/megaprov/venv/bin/python -m torch.distributed.run ")
+    assert "cd /shared/jobs/lab-tiny" in node and 'exec >>/shared/jobs/lab-tiny/logs/"$host".log 2>&1' in node
+    assert node[node.index("child=$!") - 1].startswith("/opt/megaprov/venv/bin/python -m torch.distributed.run --nnodes 2 --nproc-per-node 1 ")
+
+
+def test_the_per_gpu_shape_runs_one_task_per_gpu_with_slurms_rank_variables():
+    s = spec("llama-8b-2nodes")
+    slurm = s.launch.slurm.model_copy(update={"shape": "per-gpu"})
+    s = s.model_copy(update={"launch": s.launch.model_copy(update={"launcher": "slurm", "slurm": slurm})})
+    batch = render.sbatch_script(s, cluster_for(s))
+    assert "#SBATCH --ntasks-per-node=8" in batch.splitlines() and "#SBATCH --gpus-per-node=8" in batch.splitlines()
+    assert 'srun --kill-on-bad-exit=1 --ntasks-per-node=8 --cpu-bind=none bash "$jdir/launch/slurm-node.sh" &' in batch.splitlines()
+    node = render.slurm_node_script(s, cluster_for(s)).splitlines()
+    assert "export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE" in node
+    assert "export MASTER_PORT=29500" in node
+    launch = node[node.index("child=$!") - 1]
+    assert launch.startswith("/opt/megaprov/venv/bin/python /opt/megatron-lm/pretrain_gpt.py ") and "torch.distributed.run" not in launch
+    # local rank 0 speaks for the node: one start and one exit line per node, as with torchrun
+    assert 'speaker=0; [ "$SLURM_LOCALID" = 0 ] && speaker=1' in node
+    for script in (batch, "\n".join(node)):
+        assert subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True).returncode == 0
+
+
+def test_the_slurm_node_script_refuses_a_node_name_it_cannot_use_as_a_file_name(tmp_path):
+    s = spec("lab-tiny")
+    s = s.model_copy(update={"launch": s.launch.model_copy(update={"launcher": "slurm"})})
+    script = tmp_path / "node.sh"
+    script.write_text(render.slurm_node_script(s, cluster_for(s)))
+    for name in ("../x", ".hidden", "a b"):
+        proc = subprocess.run(
+            ["bash", str(script)], env={"SLURMD_NODENAME": name, "SLURM_NODEID": "0", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True
+        )
+        assert proc.returncode == 2 and "unusable node name" in proc.stderr, (name, proc.stderr)
 
 
 def test_the_node_script_header_and_environment():
@@ -660,7 +698,8 @@ def test_the_sbatch_lead_comes_from_the_clusters_write_speed():
     slow = nodefacts.KnownCluster(2, 1, GPUS["cpu"], "/shared", stack=TE_SITE, write_mbps=0.01, write_source="inventory")
     assert render.stop_grace(s, slow) == render.StopGrace(1_594_368, 0.01, "inventory", 379, 439)
     text = render.sbatch_script(s, slow)
-    assert "#SBATCH --signal=TERM@439" in text.splitlines() and "export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=379" in text.splitlines()
+    assert "#SBATCH --signal=B:USR1@439" in text.splitlines()
+    assert "export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=379" in render.slurm_node_script(s, slow).splitlines()
     out = render.render(s, slow, hosts(2))
     assert dict(out.nodes[0].env)["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "379"
     assert "# Stop grace: 379 s from SIGTERM to torchrun's SIGKILL (checkpoint ~0.0 GB at 0.01 MB/s, inventory), the unit's TimeoutStopSec 439 s" in (
