@@ -1,0 +1,151 @@
+"""The Slurm launcher's and the Slurm modules' pure parts, on what Slurm 22.05 really prints (taken on the lab):
+``scontrol show job -o``, the pending queue, ``sbatch --parsable``, ``slurmd -C``, ``sinfo`` and ``scontrol show
+node -o``; and job.json's Slurm fields read as the hostile input they are."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from megaprov.errors import UsageError
+from megaprov.training import jobmeta
+from megaprov.training.launchers import slurm
+from tests.conftest import ROOT, load_module
+
+MODULES = ROOT / "ansible_collections" / "megaprov" / "cluster" / "plugins" / "modules"
+slurm_node = load_module(MODULES / "slurm_node.py", "slurm_node_under_test")
+slurm_check = load_module(MODULES / "slurm_check.py", "slurm_check_under_test")
+
+PENDING = (
+    "JobId=39 JobName=wrap UserId=megaprov(2000) GroupId=megaprov(2000) MCS_label=N/A Priority=4294901731 Nice=0 Account=(null) "
+    "QOS=(null) JobState=PENDING Reason=Resources Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 "
+    "RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-12-01T02:16:14 EligibleTime=2026-12-01T02:16:14 "
+    "StartTime=Unknown EndTime=Unknown Partition=gpu AllocNode:Sid=node1:12181 ReqNodeList=(null) ExcNodeList=(null) NodeList= "
+    "NumNodes=2-2 NumCPUs=2 NumTasks=2 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=2,mem=46162M,node=2,billing=2 WorkDir=/tmp Power= "
+)
+RUNNING = (
+    PENDING.replace("JobId=39", "JobId=38")
+    .replace("JobState=PENDING Reason=Resources", "JobState=RUNNING Reason=None")
+    .replace("NodeList= ", "NodeList=node[1-2] BatchHost=node1 ")
+)
+
+
+def test_a_pending_job_shows_its_reason_and_place_in_the_queue():
+    found = slurm.parse_state("39", PENDING + "\n--- pending\n41\n39\n")
+    assert (found.state, found.reason, found.position, found.pending, found.nodes) == ("PENDING", "Resources", 2, 2, "")
+    assert found.alive and found.describe() == "slurm job 39 PENDING (Resources, 2 of 2 in the queue)"
+
+
+def test_a_running_job_shows_its_nodes():
+    found = slurm.parse_state("38", RUNNING + "\n--- pending\n")
+    assert (found.state, found.reason, found.nodes, found.position) == ("RUNNING", "", "node[1-2]", None)
+    assert found.describe() == "slurm job 38 RUNNING on node[1-2]"
+
+
+def test_a_job_slurmctld_forgot_is_gone_and_not_alive():
+    found = slurm.parse_state("15", "slurm_load_jobs error: Invalid job id specified\n--- pending\n")
+    assert found.state == "GONE" and not found.alive
+    ended = slurm.parse_state(
+        "38", RUNNING.replace("JobState=RUNNING", "JobState=FAILED").replace("ExitCode=0:0", "ExitCode=1:0") + "\n--- pending\n"
+    )
+    assert not ended.alive and ended.describe() == "slurm job 38 FAILED on node[1-2], exit 1:0"
+
+
+def test_state_words_slurm_did_not_write_are_not_believed():
+    # the reason is shown to the operator: control characters are made visible, the length bounded
+    hostile = PENDING.replace("Reason=Resources", "Reason=\x1b[2Jx" + "y" * 500).replace("JobState=PENDING", "JobState=pending;rm")
+    found = slurm.parse_state("39", hostile + "\n--- pending\n39; rm -rf /\n")
+    assert found.state == "UNKNOWN" and "\x1b" not in found.reason and len(found.reason) <= 200
+    assert found.pending == 0  # a queue line that is not a bare id is no job
+
+
+def test_sbatch_parsable_output_is_a_job_id_or_refused():
+    assert slurm.job_id("123\n", "sbatch") == "123"
+    assert slurm.job_id("sbatch: warning: x\n456;cluster\n", "sbatch") == "456"
+    for bad in ("", "abc", "12 13", "1" * 13):
+        with pytest.raises(UsageError):
+            slurm.job_id(bad, "sbatch")
+
+
+def test_the_current_slurm_id_is_the_last_continuation(tmp_path):
+    job = SimpleNamespace(local_dir=tmp_path, slurm_id="17")
+    assert slurm.current_id(job) == "17"  # no continuation yet
+    (tmp_path / "launch").mkdir()
+    (tmp_path / "launch" / "slurm-jobs").write_text("18\n19; scancel -u root\n../x\n20\n")
+    assert slurm.current_id(job) == "20"
+    (tmp_path / "launch" / "slurm-jobs").write_text("garbage only\n")
+    assert slurm.current_id(job) == "17"
+
+
+def _meta(**changes):
+    data = {
+        "name": "j",
+        "shared_dir": "/shared",
+        "job_dir": "/shared/jobs/j",
+        "checkpoint_dir": "/shared/checkpoints/j",
+        "hosts": ["node1", "node2"],
+        "launcher": "slurm",
+        "slurm_job_id": "17",
+        "submit_host": "node1",
+    }
+    data.update(changes)
+    return json.dumps(data)
+
+
+def test_job_json_slurm_fields_are_checked():
+    meta = jobmeta.parse(_meta(), "job.json", "j")
+    assert (meta.launcher, meta.slurm_id, meta.submit_host) == ("slurm", "17", "node1")
+    assert jobmeta.parse(_meta(launcher="systemd", submit_host="x y"), "job.json", "j").launcher == "systemd"
+    for field, value, words in (
+        ("launcher", "kubernetes", "is not systemd or slurm"),
+        ("slurm_job_id", "17; scancel -u root", "is not a Slurm job id"),
+        ("slurm_job_id", 17, "is not a Slurm job id"),
+        ("submit_host", "node1,evil", "submit_host"),
+        ("submit_host", "", "submit_host"),
+    ):
+        with pytest.raises(UsageError) as info:
+            jobmeta.parse(_meta(**{field: value}), "job.json", "j")
+        assert words in str(info.value), (field, value, str(info.value))
+
+
+def test_slurmd_c_is_parsed_into_the_node_line():
+    text = "NodeName=node1 CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=24105\nUpTime=0-14:28:39\n"
+    assert slurm_node.parse_slurmd_c(text) == {
+        "NodeName": "node1", "CPUs": 2, "Boards": 1, "SocketsPerBoard": 1, "CoresPerSocket": 2, "ThreadsPerCore": 1, "RealMemory": 24105,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="RealMemory"):
+        slurm_node.parse_slurmd_c("NodeName=n CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1\n")
+
+
+def test_gpu_cores_are_numbered_as_slurm_numbers_them():
+    # 2 sockets x 4 cores x 2 threads, numbered as on many dual-socket servers: CPUs 0-3 on socket 0, 4-7 on socket 1,
+    # 8-15 their second threads (CPU n and n+8 share a core).
+    topology = {cpu: (cpu // 4 % 2, (cpu % 4) * 2) for cpu in range(16)}  # core ids 0,2,4,6 per socket (gaps, as on Xeons)
+    # A GPU on socket 1 lists CPUs 4-7 and 12-15: Slurm's cores 4-7 (socket 0's four first), whatever the core ids
+    assert slurm_node.slurm_cores(topology, slurm_node.cpu_list("4-7,12-15")) == [4, 5, 6, 7]
+    assert slurm_node.ranges(slurm_node.slurm_cores(topology, slurm_node.cpu_list("0-3,8-11"))) == "0-3"
+    assert slurm_node.ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert slurm_node.cpu_list("0-2,5\n") == [0, 1, 2, 5]
+
+
+def test_sinfo_and_node_gres_are_read_as_slurm_prints_them():
+    states = slurm_check.parse_sinfo("node1|idle|none\nnode2|drained|megaprov health: /dev/nvidia1 missing\nnode3|down*|Not responding\n")
+    assert states == {"node1": ("idle", ""), "node2": ("drained", "megaprov health: /dev/nvidia1 missing"), "node3": ("down*", "Not responding")}
+    assert slurm_check.is_up("idle") and slurm_check.is_up("mixed") and not slurm_check.is_up("idle*") and not slurm_check.is_up("drained")
+    shown = (
+        "NodeName=node1 Arch=x86_64 CoresPerSocket=2  CPUAlloc=0 Gres=gpu:2 NodeAddr=10.90.154.2 State=IDLE\n"
+        "NodeName=node2 Arch=x86_64 Gres=gpu:h100:8(S:0-1) State=IDLE\n"
+        "NodeName=node3 Arch=x86_64 Gres=(null) State=IDLE\n"
+    )
+    assert slurm_check.parse_gres(shown) == {"node1": "gpu:2", "node2": "gpu:h100:8", "node3": ""}
+
+
+def test_the_lab_gives_each_node_stand_in_gpu_devices_for_gres():
+    from megaprov.cluster import lab
+
+    argv = lab.node_create_argv("ci", 1, "10.90.7.0/24", "img", None, Path("/w"))
+    devices = [argv[i + 1] for i, word in enumerate(argv) if word == "--device"]
+    assert "/dev/null:/dev/nvidia0" in devices and "/dev/zero:/dev/nvidia1" in devices
+    _, group_vars = lab.render_inventory("ci", [lab.Node("node1", "megaprov-ci-node1", "10.90.7.2", "running")], Path("/k"), Path("/kh"), "/s")
+    assert "megaprov_scheduler: slurm\nslurm_profile: container\nslurm_gpus_per_node: 2\n" in group_vars
