@@ -323,6 +323,9 @@ def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | No
     # share at /shared through a FUSE daemon with NFS root_squash semantics (lab_files/squashfs.py): root on a
     # node is nobody there, as on a real NFS mount. FUSE needs /dev/fuse and CAP_SYS_ADMIN to mount.
     args += ["-v", f"{volume_name(lab)}:{LAB_EXPORT_DIR}", "--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
+    # Slurm's epilog (root) finds a job's strays by SLURM_JOB_ID in their environment: reading another user's
+    # /proc/PID/environ needs CAP_SYS_PTRACE, which root has on a real node and a container lacks by default.
+    args += ["--cap-add", "SYS_PTRACE"]
     if index == 1:
         args += ["--cap-add", "DAC_READ_SEARCH"]
     for source, target in LAB_GPU_DEVICES:

@@ -107,12 +107,13 @@ def test_a_node_is_created_at_its_fixed_address():
         "-v", "/w:/srv/megaprov/wheelhouse:ro",
         # the raw volume at the export path; /shared is the root-squashed FUSE view (it mounts /dev/fuse)
         "-v", "megaprov-lab-ci-shared:/srv/megaprov/export", "--device", "/dev/fuse", "--cap-add", "SYS_ADMIN",
+        "--cap-add", "SYS_PTRACE",  # Slurm's epilog reads the job user's /proc/PID/environ as root
         # two character devices where GPUs would be, for Slurm's gres (File= must be a device)
         "--device", "/dev/null:/dev/nvidia0", "--device", "/dev/zero:/dev/nvidia1",
         "localhost/megaprov-node:abc",
     ]  # fmt: skip
     head = lab.node_create_argv("ci", 1, "10.90.7.0/24", "img", "/etc/ca.crt", Path("/w"))
-    assert head[head.index("--ip") + 1] == "10.90.7.2" and head[-7:-5] == ["--cap-add", "DAC_READ_SEARCH"] and head[-1] == "img"
+    assert head[head.index("--ip") + 1] == "10.90.7.2" and head[-7:-5] == ["--cap-add", "DAC_READ_SEARCH"] and "SYS_PTRACE" in head and head[-1] == "img"
     assert "/etc/ca.crt:/etc/host-ca.crt:ro" in head
 
 

@@ -110,6 +110,19 @@ def test_the_health_check_drains_a_node_missing_a_gpu_and_resumes_it(gpu_device_
     assert SICK not in reasons()
 
 
+def test_the_health_check_leaves_an_operators_drain_alone(gpu_device_gone):
+    host = gpu_device_gone
+    controller().check_output(f"scontrol update nodename={SICK} state=drain reason='maintenance by ops'")
+    try:
+        host.check_output(HEALTH)  # a problem (the missing device) on a node an operator drained
+        assert reasons().get(SICK) == "maintenance by ops", reasons()
+        host.check_output("mknod -m 0666 /dev/nvidia1 c 1 5")
+        host.check_output(HEALTH)  # healthy again: still the operator's to resume
+        assert reasons().get(SICK) == "maintenance by ops" and node_states()[SICK][0] == "drained", (reasons(), node_states())
+    finally:
+        controller().run(f"scontrol update nodename={SICK} state=resume")
+
+
 STRAY = "sleep 1000"
 
 
