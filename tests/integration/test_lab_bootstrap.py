@@ -73,8 +73,13 @@ def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
         "fabric",
         "python",
         "nccl",
+        "scheduler",
     ]
     assert all(s["seconds"] >= 0 for s in again["result"]["stages"])
+    # Slurm (the lab enables the scheduler stage): every node up, a step on all of them, their stand-in GPUs as gres
+    [slurm] = again["result"]["slurm"]
+    assert slurm.startswith("3/3 node(s) up (node1 idle, node2 idle, node3 idle); srun -N3 hostname as megaprov answered from node1, node2, node3")
+    assert slurm.endswith("; gres gpu:2"), slurm
     # GPU stack on GPU-less nodes: the driver stage says so per node, nothing NVIDIA is installed, and the
     # training environment is real (torch's CPU build and megatron-core 0.16.1 from the lab wheelhouse).
     assert again["result"]["gpu"] == {h: "skipped: no GPU on the PCI bus" for h in ("node1", "node2", "node3")}

@@ -29,6 +29,13 @@ def test_slurmd_runs_configless_on_the_compute_nodes(name):
     assert fetched.content_string == controller().file("/etc/slurm/slurm.conf").content_string
 
 
+@pytest.mark.parametrize("name", COMPUTE)
+def test_slurmd_loads_its_pmix_plugin(name):
+    # mpi/pmix dlopens libpmix.so (the -dev package's link): without it slurmd logs this at every start
+    log = node(name).check_output("cat /var/log/slurm/slurmd.log")
+    assert "can not load PMIx library" not in log and "slurmd started" in log
+
+
 def test_every_compute_node_is_idle_and_only_they_are_nodes():
     out = controller().check_output("sinfo -h -N -o '%N %T'")
     states = dict(line.split() for line in out.splitlines())
