@@ -150,3 +150,27 @@ def test_the_epilog_kills_what_a_job_left_behind():
     log = host.check_output("journalctl -q -t megaprov-slurm-epilog -o cat")
     assert f"job {job}: killing 1 process(es) left behind" in log, log
     assert wait_for(lambda: node_states()[name] == ("idle", ""), timeout=20), node_states()
+
+
+def test_accounting_records_jobs_and_keeps_its_password_private():
+    head = controller()
+    assert head.service("slurmdbd").is_running and head.service("slurmdbd").is_enabled
+    assert head.service("mariadb").is_running
+    conf = head.file("/etc/slurm/slurmdbd.conf")
+    assert (conf.user, conf.group, conf.mode) == ("slurm", "slurm", 0o600)
+    password = head.file("/etc/megaprov/slurm/dbd.password")
+    assert (password.user, password.mode, head.file("/etc/megaprov/slurm").mode) == ("root", 0o600, 0o700)
+    secret = password.content_string.strip()
+    assert len(secret) >= 32 and f"StoragePass={secret}" in head.check_output("cat /etc/slurm/slurmdbd.conf")
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in head.check_output("scontrol show config")
+    out = as_user(head, f"srun -N1 -w {COMPUTE[0]} true; echo done")
+    assert out.rc == 0, out.stderr
+
+    # the step's job reaches the database (slurmctld sends it on completion; give it a moment)
+    def states():
+        rows = head.check_output(f"sacct -n -X -P -u {USER} -o JobID,State").splitlines()
+        return [row.split("|")[1] for row in rows if "|" in row]
+
+    assert wait_for(lambda: "COMPLETED" in states(), timeout=30), head.run(f"sacct -n -X -u {USER}").stdout
+    # the cluster is registered with slurmdbd
+    assert "megaprov" in head.check_output("sacctmgr -n -P show cluster format=cluster").split()
