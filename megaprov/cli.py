@@ -447,9 +447,13 @@ def _cmd_job_running(args: argparse.Namespace) -> Outcome:
             )
         return Outcome("job stop", {"job": job.name, "state": "stopped"})
     if args.job_command == "logs":
-        host = args.node or job.hosts[-1]
-        if host not in job.hosts:
-            raise UsageError(f"--node {host} is not a node of job {job.name}", "use one of " + ", ".join(job.hosts))
+        from megaprov.training import launchers
+
+        # a Slurm job's nodes are its current allocation's (Slurm chose them), named as Slurm names them
+        nodes = (launchers.of(job.launcher).log_hosts(job) if job.launcher == "slurm" else []) or job.hosts
+        host = args.node or nodes[-1]
+        if host not in nodes:
+            raise UsageError(f"--node {host} is not a node of job {job.name}", "use one of " + ", ".join(nodes))
         path = job.local_dir / "logs" / f"{host}.log"
         lines = path.read_text(errors="replace").splitlines()[-args.lines :] if path.is_file() else []
         if not quiet:

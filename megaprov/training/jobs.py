@@ -484,11 +484,12 @@ def follow_job(
         (job.local_dir / "metrics.jsonl").write_text("")  # the logs are read from their start again (a resumed job)
     try:
         while True:
-            for host in launcher.log_hosts(job):
+            current = launcher.log_hosts(job)  # a Slurm job's current allocation (a continuation may differ)
+            for host in current:
                 if host not in readers:
                     readers[host] = follow.LogReader(job.local_dir / "logs" / f"{host}.log")
-            if job.launcher == "slurm" and sorted(readers) != sorted(job.hosts) and readers:
-                job.hosts = sorted(readers)
+            if job.launcher == "slurm" and current and current != job.hosts:
+                job.hosts = list(current)
             now = time.time()
             news = False
             new: list[follow.Iteration] = []
@@ -503,12 +504,15 @@ def follow_job(
                 if log.furthest != shown and log.furthest:
                     shown = log.furthest
                     on_progress(_progress(job.name, log))
-            hosts = list(readers) or list(job.hosts)
+            hosts = list(current) if job.launcher == "slurm" else list(job.hosts)
             states = [log.node_state(h) for h in hosts]
-            if readers and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
+            if hosts and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
                 return Outcome("finished", log)
             waiting = job.launcher == "slurm" and not any(s == "running" for s in states)
-            if waiting and time.monotonic() - last_asked > WAIT_POLL:
+            # A Slurm job is asked about while no node runs it, and now and then while one does: a node that died
+            # without its exit line still shows "running", and only Slurm knows the job is over.
+            every = WAIT_POLL if waiting else RUNNING_POLL
+            if job.launcher == "slurm" and time.monotonic() - last_asked > every:
                 last_asked = time.monotonic()
                 found = launcher.state(job, quiet=True)  # type: ignore[attr-defined]
                 if found.describe() != said:
@@ -517,11 +521,11 @@ def follow_job(
                         on_waiting(said)
                 if found.state == "PENDING":
                     last_news = time.monotonic()  # a queue is not a stall
-                elif not found.alive:
-                    if readers and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
+                elif not found.alive and found.job_id == slurm_current(job):  # over, and no continuation since
+                    if hosts and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
                         return Outcome("finished", log)
-                    return Outcome("failed", log, f"{said}; " + "; ".join(launcher_events(job)[-2:]))
-            if not waiting and readers and all(s.startswith(("exited", "failed")) for s in states):
+                    return Outcome("failed", log, f"{found.describe()}; " + "; ".join(launcher_events(job)[-2:]))
+            if job.launcher != "slurm" and all(s.startswith(("exited", "failed")) for s in states):
                 all_down_since = all_down_since or time.monotonic()
                 if time.monotonic() - all_down_since > RESTART_SEC + 15:  # the units would have started torchrun again by now
                     reason = launcher.gave_up(job, log, quiet=True)
@@ -539,6 +543,13 @@ def follow_job(
 
 
 WAIT_POLL = 5.0  # seconds between questions to Slurm while no node runs the job
+RUNNING_POLL = 30.0  # and while one does
+
+
+def slurm_current(job: Job) -> str:
+    from megaprov.training.launchers import slurm
+
+    return slurm.current_id(job)
 
 
 def launcher_events(job: Job) -> list[str]:
@@ -631,7 +642,7 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
     if meta.state not in ("starting", "running", "submitted"):
         return False
     spec, _ = launch.read(str(job.local_dir / "spec.yml"))
-    if job.launcher == "slurm":
+    if job.launcher == "slurm":  # the current allocation's nodes (an earlier one's ended with its failure)
         job.hosts = launchers.of("slurm").log_hosts(job) or job.hosts
     log = read_log(job, spec.model.seq_length, spec.train.log_interval)
     states = [log.node_state(h) for h in job.hosts]

@@ -571,7 +571,28 @@ SLURM_BATCH_SCRIPT = "launch/job.sbatch"
 SLURM_STOP_FILE = "launch/stop"  # megaprov job stop: the batch script ends without a continuation
 SLURM_FAILURES_FILE = "launch/failures"  # restarts after a failure so far (a time-limit continuation is not one)
 SLURM_JOBS_FILE = "launch/slurm-jobs"  # the ids of the continuations, one per line, the current one last
+SLURM_NODES_FILE = "launch/nodes"  # the current allocation's nodes, one per line (the follower reads their logs)
 SLURM_EVENTS = "logs/slurm.log"  # the batch script's lines: each allocation, continuation and end
+
+
+def slurm_seconds(text: str) -> int:
+    """A Slurm time (sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S) in seconds. Pure."""
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+        return int(days) * 86400 + hours * 3600 + minutes * 60 + seconds
+    if len(parts) == 3:
+        return parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
+
+
+SLURM_SIGNAL_SLACK = 60  # Slurm sends --signal up to 60 s early (sbatch(1)), checking every 30 s
+
+
+def slurm_lead(spec: JobSpec, cluster: Cluster) -> int:
+    """Seconds before the time limit at which Slurm signals the batch script: the stop grace, at least 120."""
+    return max(120, stop_grace(spec, cluster).unit_s)
 
 
 def slurm_node_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None = None) -> str:
@@ -646,10 +667,9 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
     shared = cluster.shared_dir
     jdir = job_dir(spec, shared)
     s = spec.launch.slurm
-    grace = stop_grace(spec, cluster)
     # #SBATCH lines are read by sbatch, which quotes nothing: only plain words and plain paths go there.
     values.sbatch_path(jdir, "the job directory")
-    lead = max(120, grace.unit_s)
+    lead = slurm_lead(spec, cluster)
     per_gpu = s.shape == "per-gpu"
     head = [
         "#!/bin/bash",
@@ -678,7 +698,13 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         "set -uo pipefail",
         f"jdir={q(jdir)}",
         f"max_restarts={spec.launch.max_restarts}",
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f'if [ -e "$jdir/{SLURM_STOP_FILE}" ]; then  # megaprov job stop came first: this continuation does not train',
+        f'    echo "megaprov: slurm job $SLURM_JOB_ID stopped before it started (megaprov job stop) at {stamp}" >>{events}',
+        "    exit 0",
+        "fi",
+        f'nodes="$jdir/{SLURM_NODES_FILE}"',
+        'scontrol show hostnames "$SLURM_JOB_NODELIST" >"$nodes.tmp" && mv -f "$nodes.tmp" "$nodes"  # the follower reads these logs',
+        'MASTER_ADDR=$(head -n 1 "$nodes")',
         "export MASTER_ADDR",
         f'echo "megaprov: slurm job $SLURM_JOB_ID running on $SLURM_JOB_NODELIST at {stamp}" >>{events}',
         "limit=0",
@@ -695,7 +721,8 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         "# allocation (a node the epilog's health check drained is left out); its id goes to launch/slurm-jobs, where",
         "# megaprov follows it. (scontrol requeue would keep the id, but Slurm holds a requeued job for 2 minutes.)",
         "continue_job() {",
-        f'    next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" "$jdir/{SLURM_BATCH_SCRIPT}" 2>&1)',
+        "    # sbatch's messages (retries, the site's job_submit notes) go to the events; its id is its last stdout line",
+        f'    next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" "$jdir/{SLURM_BATCH_SCRIPT}" 2>>{events} | tail -n 1)',
         "    next=${next%%;*}",
         '    case $next in ""|*[!0-9]*)',
         f'        echo "megaprov: slurm job $SLURM_JOB_ID $1: the continuation was refused: $next at {stamp}" >>{events}',
@@ -705,11 +732,11 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         f'    echo "megaprov: slurm job $SLURM_JOB_ID $1: continues as slurm job $next at {stamp}" >>{events}',
         "    exit 0",
         "}",
-        'if [ "$limit" = 1 ]; then continue_job "reached its time limit (saved)"; fi',
-        'if [ "$rc" = 0 ]; then',
+        'if [ "$rc" = 0 ]; then  # trained to the end (a time-limit signal that came as it finished changes nothing)',
         f'    echo "megaprov: slurm job $SLURM_JOB_ID finished at {stamp}" >>{events}',
         "    exit 0",
         "fi",
+        'if [ "$limit" = 1 ]; then continue_job "reached its time limit (saved)"; fi',
         f'failures=$(cat "$jdir/{SLURM_FAILURES_FILE}" 2>/dev/null || echo 0)',
         'case $failures in ""|*[!0-9]*) failures=0 ;; esac',
         'if [ "$failures" -lt "$max_restarts" ]; then',
@@ -749,6 +776,18 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
                     "data.prefixes",
                     f"data.prefixes path {path} is not under the shared directory {shared}",
                     "put prepared data on the shared directory (megaprov data prepare --output-prefix)",
+                )
+            )
+    if spec.launch.launcher == "slurm" and spec.launch.slurm.time:
+        limit, lead = slurm_seconds(spec.launch.slurm.time), slurm_lead(spec, cluster)
+        least = lead + SLURM_SIGNAL_SLACK + 60
+        if limit <= least:
+            problems.append(
+                Problem(
+                    "launch.slurm.time",
+                    f"launch.slurm.time={spec.launch.slurm.time} ({limit} s) leaves no time to train: the ranks are told to save "
+                    f"{lead} s before the limit (the stop grace for this checkpoint)",
+                    f"set launch.slurm.time above {least} s (at least {-(-least // 60)} minutes)",
                 )
             )
     if len(hosts) < cluster.nodes:

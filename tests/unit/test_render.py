@@ -501,8 +501,39 @@ def test_sbatch_header_for_cpu_nodes_with_every_slurm_field():
     assert lines[:3] == ["set -uo pipefail", "jdir=/shared/jobs/lab-tiny", "max_restarts=3"]
     assert """trap 'limit=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""" in lines
     # the continuation: the same script, after this job (afterany), its id where megaprov follows it
-    assert '    next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" "$jdir/launch/job.sbatch" 2>&1)' in lines
+    # (sbatch's own messages go to the events, its id is the last line it prints)
+    assert (
+        '    next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" "$jdir/launch/job.sbatch" 2>>/shared/jobs/lab-tiny/logs/slurm.log | tail -n 1)'
+        in lines
+    )
     assert '    echo "$next" >>"$jdir/launch/slurm-jobs"' in lines
+    # a stop that came before this job started (a continuation already queued) ends it before srun
+    assert lines.index('if [ -e "$jdir/launch/stop" ]; then  # megaprov job stop came first: this continuation does not train') < next(
+        i for i, line in enumerate(lines) if line.startswith("srun ")
+    )
+    # the allocation's nodes are where the follower reads logs; the rendezvous is the first of them
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" >"$nodes.tmp" && mv -f "$nodes.tmp" "$nodes"  # the follower reads these logs' in lines
+    # a run that trained to the end is finished even if the time-limit signal came as it ended
+    assert lines.index('if [ "$rc" = 0 ]; then  # trained to the end (a time-limit signal that came as it finished changes nothing)') < lines.index(
+        'if [ "$limit" = 1 ]; then continue_job "reached its time limit (saved)"; fi'
+    )
+
+
+def test_a_slurm_time_limit_shorter_than_the_save_before_it_is_refused():
+    s = spec("lab-tiny")
+    for time_limit, refused in (("3", True), ("4", True), ("5", False), ("00:30:00", False)):
+        slurm = s.launch.slurm.model_copy(update={"time": time_limit})
+        t = s.model_copy(update={"launch": s.launch.model_copy(update={"launcher": "slurm", "slurm": slurm})})
+        if not refused:
+            assert render.render(t, cluster_for(t), hosts(2)).sbatch is not None
+            continue
+        with pytest.raises(JobSpecError) as info:
+            render.render(t, cluster_for(t), hosts(2))
+        # lab-tiny's lead is 121 s (its stop grace); Slurm may signal 60 s early; one more minute to train
+        assert str(info.value).startswith(
+            f"launch.slurm.time={time_limit} ({int(time_limit) * 60} s) leaves no time to train: the ranks are told to save 121 s"
+        )
+        assert "set launch.slurm.time above 241 s (at least 5 minutes)" in str(info.value)
     node = render.slurm_node_script(s, cluster_for(s), {"NCCL_DEBUG": "INFO", "HOME": "/root"}).splitlines()
     exports = [line for line in node if line.startswith("export ")]
     assert exports == [

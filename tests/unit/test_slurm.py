@@ -43,6 +43,12 @@ def test_a_running_job_shows_its_nodes():
     assert found.describe() == "slurm job 38 RUNNING on node[1-2]"
 
 
+def test_a_controller_that_does_not_answer_says_nothing_about_the_job():
+    # a timeout is not the end of the job: the follower and job status must not judge it over
+    found = slurm.parse_state("38", "slurm_load_jobs error: Socket timed out on send/recv operation\n--- pending\n")
+    assert found.state == "UNKNOWN" and found.alive and "Socket timed out" in found.reason
+
+
 def test_a_job_slurmctld_forgot_is_gone_and_not_alive():
     found = slurm.parse_state("15", "slurm_load_jobs error: Invalid job id specified\n--- pending\n")
     assert found.state == "GONE" and not found.alive
@@ -149,3 +155,10 @@ def test_the_lab_gives_each_node_stand_in_gpu_devices_for_gres():
     assert "/dev/null:/dev/nvidia0" in devices and "/dev/zero:/dev/nvidia1" in devices
     _, group_vars = lab.render_inventory("ci", [lab.Node("node1", "megaprov-ci-node1", "10.90.7.2", "running")], Path("/k"), Path("/kh"), "/s")
     assert "megaprov_scheduler: slurm\nslurm_profile: container\nslurm_gpus_per_node: 2\n" in group_vars
+
+
+def test_slurm_times_in_seconds():
+    from megaprov.training.render import slurm_seconds
+
+    cases = {"90": 5400, "10:30": 630, "4:00:00": 14400, "2-00:00:00": 172800, "1-12": 129600, "1-2:30": 95400, "0-0:5:7": 307}
+    assert {t: slurm_seconds(t) for t in cases} == cases

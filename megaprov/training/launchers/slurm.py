@@ -19,6 +19,7 @@ from megaprov.errors import UsageError
 SLURM_ID = re.compile(r"^\d{1,12}$")
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 ALIVE = (
+    "UNKNOWN",  # slurmctld did not answer (restarting, a timeout): not known to be over
     "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING",
 )  # fmt: skip
 
@@ -106,7 +107,10 @@ def parse_state(job: str, text: str) -> SlurmState:
     line = next((ln for ln in head.splitlines() if ln.startswith("JobId=")), "")
     pending_ids = [p.strip() for p in pending_text.split() if SLURM_ID.fullmatch(p.strip())]
     if not line:
-        return SlurmState(job, "GONE", pending=len(pending_ids))
+        # Only this error means slurmctld forgot the job (MinJobAge after its end); anything else (a timeout,
+        # "Unable to contact slurm controller") says nothing about the job.
+        gone = "Invalid job id specified" in head
+        return SlurmState(job, "GONE" if gone else "UNKNOWN", "" if gone else values.printable(head.strip())[:200], pending=len(pending_ids))
     f = fields(line)
     state = f.get("JobState", "UNKNOWN").split()[0]
     try:
@@ -131,8 +135,12 @@ class SlurmLauncher:
     name = "slurm"
 
     def _run(self, job: Any, action: str, quiet: bool, **extra: Any) -> Any:
+        from megaprov import paths
+        from megaprov.cluster import inventory as inv
         from megaprov.training import jobs
 
+        # The host Ansible reaches comes from the inventory, never from job.json (the cluster user can write it).
+        job.submit_host = jobs.submit_host(inv.load(job.inventory, paths.roles_dir(), paths.cluster_defaults()))
         job_vars = job.vars(action=action, submit_host=job.submit_host, slurm_id=current_id(job) or "0", **extra)
         return jobs._play(job, "job_slurm.yml", job_vars, quiet, collect=("ansible.builtin.command", "command"), hosts=1)
 
@@ -149,11 +157,10 @@ class SlurmLauncher:
         job.slurm_id = job_id(str(submitted[-1].res.get("stdout", "")), "sbatch --parsable")
 
     def state(self, job: Any, quiet: bool = True) -> SlurmState:
-        from megaprov.training import jobs
-
         result = self._run(job, "status", quiet)
-        if not result.ok:
-            raise jobs._failure(result, f"job {job.name}: Slurm state unknown")
+        if not result.ok:  # the controller did not answer this time (a bootstrap restarting slurmctld, SSH)
+            first = result.failures[0].message if result.failures else f"ansible-playbook ended with status {result.status}"
+            return SlurmState(current_id(job), "UNKNOWN", values.printable(first)[:200])
         found = [t for t in result.results if t.task == "Read the job's state"]
         return parse_state(current_id(job), str(found[-1].res.get("stdout", "")) if found else "")
 
@@ -170,10 +177,16 @@ class SlurmLauncher:
         return {"slurm": {k: "" if v is None else str(v) for k, v in found.as_dict().items()}}
 
     def log_hosts(self, job: Any) -> list[str]:
-        """The nodes Slurm ran the job on: their logs appear in the job directory as the node script starts."""
-        logs = job.local_dir / "logs"
-        found = sorted(p.stem for p in logs.glob("*.log") if p.stem != "slurm" and values.HOST_NAME.fullmatch(p.stem)) if logs.is_dir() else []
-        return found
+        """The nodes of the job's current allocation (``launch/nodes``, which the batch script writes as it starts):
+        an earlier allocation's nodes, whose last state was their failure or their save at the time limit, are not
+        this run's. Before any allocation: none. The file is the cluster user's: only host names count."""
+        from megaprov.training import render
+
+        try:
+            text = values.read_text(job.local_dir / render.SLURM_NODES_FILE, "Slurm allocation", 1 << 20)
+        except UsageError:
+            return []
+        return [line.strip() for line in text.splitlines() if values.HOST_NAME.fullmatch(line.strip())][: values.MAX_HOSTS]
 
     def gave_up(self, job: Any, log: Any, quiet: bool) -> str | None:
         found = self.state(job, quiet=True)
