@@ -502,10 +502,8 @@ def test_sbatch_header_for_cpu_nodes_with_every_slurm_field():
     assert """trap 'limit=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""" in lines
     # the continuation: the same script, after this job (afterany), its id where megaprov follows it
     # (sbatch's own messages go to the events, its id is the last line it prints)
-    assert (
-        '    next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" "$jdir/launch/job.sbatch" 2>>/shared/jobs/lab-tiny/logs/slurm.log | tail -n 1)'
-        in lines
-    )
+    events = "/shared/jobs/lab-tiny/logs/slurm.log"
+    assert f'    next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" "$jdir/launch/job.sbatch" 2>>{events} | tail -n 1)' in lines
     assert '    echo "$next" >>"$jdir/launch/slurm-jobs"' in lines
     # a stop that came before this job started (a continuation already queued) ends it before srun
     assert lines.index('if [ -e "$jdir/launch/stop" ]; then  # megaprov job stop came first: this continuation does not train') < next(

@@ -162,7 +162,8 @@ def test_accounting_records_jobs_and_keeps_its_password_private():
     assert (password.user, password.mode, head.file("/etc/megaprov/slurm").mode) == ("root", 0o600, 0o700)
     secret = password.content_string.strip()
     assert len(secret) >= 32 and f"StoragePass={secret}" in head.check_output("cat /etc/slurm/slurmdbd.conf")
-    assert "AccountingStorageType=accounting_storage/slurmdbd" in head.check_output("scontrol show config")
+    config = dict(line.split("=", 1) for line in head.check_output("scontrol show config").splitlines() if "=" in line)
+    assert {k.strip(): v.strip() for k, v in config.items()}["AccountingStorageType"] == "accounting_storage/slurmdbd"
     out = as_user(head, f"srun -N1 -w {COMPUTE[0]} true; echo done")
     assert out.rc == 0, out.stderr
 

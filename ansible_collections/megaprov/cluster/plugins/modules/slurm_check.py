@@ -15,7 +15,8 @@ description:
   - A node that is down or not responding only because slurmctld lost contact with it (reason "Not responding",
     or a node that came back with a new address) gets one C(scontrol reconfigure) and C(scontrol update
     state=resume); a node drained for another reason (the health check, an operator) is reported with its reason.
-  - Runs C(srun -N<all> hostname) as O(user) and checks that every node answered.
+  - Runs C(srun -N<all> hostname) as O(user) and checks that every node answered (not in check mode, and not
+    while a node runs jobs, for which the step would wait).
   - Compares the Gres of each node (C(scontrol show node)) with O(gres).
   - Resuming a node is the only change it can make (reported as changed); in check mode nothing is resumed.
 options:
@@ -152,7 +153,12 @@ def main():
     if wrong:
         module.fail_json(msg="Slurm Gres differ from the GPU facts: " + "; ".join(wrong), states={n: v[0] for n, v in states.items()})
     step = ""
-    if module.params["step"]:
+    busy = [n for n in nodes if states[n][0] in ("mixed", "allocated", "completing")]
+    if module.params["step"] and module.check_mode:
+        step = "; no srun step in check mode"
+    elif module.params["step"] and busy:  # a re-run on a cluster at work: the step would wait for the jobs
+        step = "; no srun step: %s run jobs" % ", ".join(busy)
+    elif module.params["step"]:
         started = time.monotonic()
         argv = ["runuser", "-u", module.params["user"], "--", "srun", "--immediate=60", "-N%d" % len(nodes), "-w", ",".join(nodes),
                 "--ntasks-per-node=1", "-t", "1", "hostname", "-s"]
