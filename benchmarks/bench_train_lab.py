@@ -22,17 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-from labbench import ROOT, megaprov, podman_exec
+from labbench import ROOT, lab_job, lab_setup, megaprov, podman_exec
 
 
 def job_file(directory: Path, name: str, save_interval: int = 20) -> str:
-    spec = yaml.safe_load((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())
-    spec["name"] = name
-    spec["checkpoint"]["save_interval"] = save_interval
-    path = directory / f"{name}.yml"
-    path.write_text(yaml.safe_dump(spec))
-    return str(path)
+    return lab_job(directory, name, "lab-tiny.yml", save_interval)
 
 
 def main() -> None:
@@ -40,13 +34,8 @@ def main() -> None:
     parser.add_argument("inventory")
     parser.add_argument("--rounds", type=int, default=2)
     opts = parser.parse_args()
-    group_vars = yaml.safe_load((Path(opts.inventory).parent / "group_vars" / "all.yml").read_text())
-    shared = Path(group_vars["megaprov_controller_shared_dir"])
-    lab = Path(opts.inventory).parent.name
+    shared, lab = lab_setup(opts.inventory)
     stamp = time.strftime("%H%M%S")
-    corpus = Path(tempfile.mkdtemp()) / "corpus.jsonl"
-    megaprov("data", "corpus", "--output-file", str(corpus))
-    megaprov("data", "prepare", "--input", str(corpus), "--output-prefix", "data/lab", "-i", opts.inventory)
     timings: dict[str, list[dict]] = {"linear": [], "mitogen": []}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(opts.rounds):

@@ -29,3 +29,28 @@ def megaprov(*argv: str) -> tuple[float, dict]:
 def podman_exec(container: str, script: str) -> str:
     env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "megaprov" / "cluster" / "lab_files" / "containers.conf")}
     return subprocess.run(["podman", "exec", container, "bash", "-c", script], capture_output=True, text=True, check=True, env=env).stdout
+
+
+def lab_job(directory: Path, name: str, example: str = "lab-tiny.yml", save_interval: int = 20) -> str:
+    """An example job (examples/jobs/EXAMPLE) renamed NAME with saves every SAVE_INTERVAL, written to DIRECTORY."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "examples" / "jobs" / example).read_text())
+    spec["name"] = name
+    spec["checkpoint"]["save_interval"] = save_interval
+    path = directory / f"{name}.yml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def lab_setup(inventory: str) -> tuple[Path, str]:
+    """Where this machine sees the lab's shared directory and the lab's name; the lab corpus prepared into data/lab."""
+    import tempfile
+
+    import yaml
+
+    group_vars = yaml.safe_load((Path(inventory).parent / "group_vars" / "all.yml").read_text())
+    corpus = Path(tempfile.mkdtemp()) / "corpus.jsonl"
+    megaprov("data", "corpus", "--output-file", str(corpus))
+    megaprov("data", "prepare", "--input", str(corpus), "--output-prefix", "data/lab", "-i", inventory)
+    return Path(group_vars["megaprov_controller_shared_dir"]), Path(inventory).parent.name
