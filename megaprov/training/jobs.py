@@ -519,8 +519,8 @@ def follow_job(
                     said = found.describe()
                     if on_waiting:
                         on_waiting(said)
-                if found.state == "PENDING":
-                    last_news = time.monotonic()  # a queue is not a stall
+                if found.state == "PENDING" and "held" not in found.reason.lower():
+                    last_news = time.monotonic()  # a queue is not a stall (a job held after a failed launch is)
                 elif not found.alive and found.job_id == slurm_current(job):  # over, and no continuation since
                     if hosts and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
                         return Outcome("finished", log)
