@@ -14,8 +14,11 @@ JOBS = ROOT / "examples" / "jobs"
 TE = nodefacts.NodeStack(transformer_engine="2.9.0", apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, hosts=("n",))
 
 
-def _render(name, write_mbps=nodefacts.DEFAULT_WRITE_MBPS):
+def _render(name, write_mbps=nodefacts.DEFAULT_WRITE_MBPS, slurm_time=None):
     spec = jobspec.load(JOBS / f"{name}.yml")
+    if slurm_time is not None:
+        slurm = spec.launch.slurm.model_copy(update={"time": slurm_time})
+        spec = spec.model_copy(update={"launch": spec.launch.model_copy(update={"slurm": slurm})})
     gpu = GPUS["cpu"] if spec.launch.trainer == "lab" else GPUS["H100-SXM"]
     cluster = nodefacts.KnownCluster(spec.launch.nodes, spec.launch.gpus_per_node, gpu, "/shared", stack=TE, write_mbps=write_mbps)
     hosts = [(f"n{i}", f"10.0.{i // 200}.{i % 200 + 1}") for i in range(spec.launch.nodes)]
@@ -48,10 +51,13 @@ def test_a_175b_job_gets_a_grace_far_above_torchruns_30_seconds():
 def test_a_faster_shared_directory_shortens_it_and_the_bound_holds():
     _, slow = _render("gpt3-175b-128nodes", 1000)
     _, fast = _render("gpt3-175b-128nodes", 20000)
-    _, crawl = _render("gpt3-175b-128nodes", 1)
+    _, crawl = _render("gpt3-175b-128nodes", 1, slurm_time="1-00:00:00")
     assert slow.stop and fast.stop and crawl.stop
     assert fast.stop.torchrun_s < slow.stop.torchrun_s
     assert crawl.stop.torchrun_s == render.STOP_MAX_S
+    # at 1 MB/s the save before the time limit takes the whole 6 h bound: the example's 4 h limit leaves no time to train
+    with pytest.raises(jobspec.JobSpecError, match=r"launch.slurm.time=4:00:00 \(14400 s\) leaves no time to train"):
+        _render("gpt3-175b-128nodes", 1)
 
 
 def test_a_tiny_job_stays_small():
