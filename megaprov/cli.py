@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--skip-tags", default="", help="skip these stages/roles")
     boot.add_argument("--check", action="store_true", help="dry run: report what would change")
     boot.add_argument("--diff", action="store_true", help="show file differences")
+    boot.add_argument(
+        "--verify", action="store_true", help="run every verification again, even those a recorded proof with unchanged inputs already passed"
+    )
 
     pre = sub.add_parser("preflight", help="collect node facts and judge them against the requirements")
     run_flags(pre)
@@ -597,7 +600,7 @@ def _cmd_lab(args: argparse.Namespace) -> Outcome:
     raise UsageError(f"megaprov lab: unknown ACTION {args.lab_command}", "use up, status, inventory, stop, start or down")
 
 
-def _request(args: argparse.Namespace, **flags: Any) -> Any:
+def _request(args: argparse.Namespace, more_vars: dict[str, Any] | None = None, **flags: Any) -> Any:
     from megaprov.cluster import provision, runner
 
     if args.strategy not in STRATEGIES:  # argparse does not check a default taken from the environment
@@ -605,7 +608,7 @@ def _request(args: argparse.Namespace, **flags: Any) -> Any:
     options = runner.RunOptions(
         limit=args.limit,
         forks=args.forks,
-        extravars=_extravars(args.extra_vars),
+        extravars={**_extravars(args.extra_vars), **(more_vars or {})},
         strategy=args.strategy,
         verbosity=args.verbose,
         flush_cache=args.flush_cache,
@@ -619,6 +622,7 @@ def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
 
     request = _request(
         args,
+        {"megaprov_verify": True} if args.verify else None,
         tags=tuple(t for t in args.tags.split(",") if t),
         skip_tags=tuple(t for t in args.skip_tags.split(",") if t),
         check=args.check,

@@ -26,6 +26,7 @@ GPU_ACTION = "megaprov.cluster.gpu_state"
 NCCL_ACTION = "megaprov.cluster.nccl_check"
 SLURM_ACTION = "megaprov.cluster.slurm_check"
 COMPUTE_ACTION = "megaprov.cluster.compute_rate"
+PROOF_ACTION = "megaprov.cluster.proof"
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Report:
     slurm: list[str] = field(default_factory=list)  # the scheduler stage's check, from the controller
     compute: dict[str, str] = field(default_factory=dict)  # host -> its measured GEMM rate (stored and this run's)
     stages: list[dict[str, Any]] = field(default_factory=list)  # stage, seconds: where the time went, in order
+    proofs: list[dict[str, Any]] = field(default_factory=list)  # host, name, valid, reason, verified_at: each proof asked
+    verify: bool = False  # --verify: every proof ran again
     exit_code: ExitCode = ExitCode.OK
     error: str | None = None
 
@@ -187,22 +190,90 @@ def stage_seconds(plays: list[tuple[str, float]], stage_of: dict[str, str], ende
     return out
 
 
+def expand_proofs(results: list[runner.TaskResult], actions: tuple[str, ...]) -> tuple[list[runner.TaskResult], list[dict[str, Any]]]:
+    """The proofs the run asked (host, name, valid, reason, verified_at), and the results with each cached proof's
+    recorded result put in its place as the result of the module it came from (one of ``actions``), marked with
+    ``cached`` (the words for the report), so a cached check is reported as the check it stands for. Pure."""
+    out: list[runner.TaskResult] = []
+    proofs: list[dict[str, Any]] = []
+    for item in results:
+        if item.action != PROOF_ACTION:
+            out.append(item)
+            continue
+        if item.res.get("recorded") or "valid" not in item.res:
+            continue
+        valid = bool(item.res["valid"])
+        proofs.append(
+            {
+                "host": item.host,
+                "name": str(item.res.get("name", "")),
+                "valid": valid,
+                "reason": str(item.res.get("reason", "")),
+                "verified_at": str(item.res.get("verified_at", "")),
+            }
+        )
+        recorded = item.res.get("result")
+        if valid and item.res.get("action") in actions and isinstance(recorded, dict) and recorded:
+            cached = f"verified at {item.res.get('verified_at', '?')}, inputs unchanged; --verify re-proves"
+            out.append(runner.TaskResult(item.host, item.task, str(item.res["action"]), {**recorded, "cached": cached}))
+    return out, proofs
+
+
+def proof_lines(proofs: list[dict[str, Any]], verify: bool) -> list[str]:
+    """One line per proof name: where its recorded result stood (inputs unchanged) and where it ran, and why. Pure."""
+    lines = []
+    names = sorted({p["name"] for p in proofs})
+    for name in names:
+        mine = [p for p in proofs if p["name"] == name]
+        cached = sorted({p["host"] for p in mine if p["valid"]})
+        parts = []
+        if cached:
+            oldest = min(p["verified_at"] for p in mine if p["valid"])
+            parts.append(f"cached on {', '.join(cached)} (verified at {oldest} or later, inputs unchanged; --verify re-proves)")
+        ran: dict[str, list[str]] = {}
+        for p in mine:
+            if not p["valid"]:
+                ran.setdefault(p["reason"], []).append(p["host"])
+        for reason, hosts in sorted(ran.items()):
+            parts.append(f"proved this run on {', '.join(sorted(set(hosts)))} ({reason})")
+        lines.append(f"proof {name}: " + "; ".join(parts))
+    if verify:
+        lines.append("--verify: every proof ran again" + ("" if proofs else " (no proof was asked: were the stages with checks skipped?)"))
+    return lines
+
+
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
     collect = (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION, COMPUTE_ACTION, SLURM_ACTION)
-    result = _execute(request, spec, inventory, collect)
+    result = _execute(request, spec, inventory, (*collect, PROOF_ACTION))
+    expanded, proofs = expand_proofs(result.results, collect)
+    result = dataclasses.replace(result, results=expanded)
     stages = stage_seconds(result.plays, stage_plays(spec.playbook.parent), time.time())
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)
     gpu = {item.host: gpu_summary(item.res) for item in result.results if item.action == GPU_ACTION and "action" in item.res}
-    nccl = [f"{item.host}: {item.res['summary']}" for item in result.results if item.action == NCCL_ACTION and "summary" in item.res]
-    slurm = [str(item.res["summary"]) for item in result.results if item.action == SLURM_ACTION and "summary" in item.res]
+    nccl = [
+        f"{item.host}: {item.res['summary']}" + (f" ({item.res['cached']})" if item.res.get("cached") else "")
+        for item in result.results
+        if item.action == NCCL_ACTION and "summary" in item.res
+    ]
+    slurm = [
+        str(item.res["summary"]) + (f" ({item.res['cached']})" if item.res.get("cached") else "")
+        for item in result.results
+        if item.action == SLURM_ACTION and "summary" in item.res
+    ]
     mesh = sorted(
-        (pair for item in result.results if item.action == MESH_ACTION for pair in item.res.get("pairs", [])), key=lambda p: (p["source"], p["peer"])
+        ({**pair, "cached": item.res.get("cached", "")} for item in _of(result, MESH_ACTION) for pair in item.res.get("pairs", [])),
+        key=lambda p: (p["source"], p["peer"]),
     )
     mesh_left_out = sorted({host for item in result.results if item.action == MESH_ACTION for host in item.res.get("left_out", [])})
     shared = sorted(
-        ({"reader": item.host, **check} for item in result.results if item.action == SHARED_ACTION for check in item.res.get("checks", [])),
+        (
+            {"reader": item.host, **check, "cached": item.res.get("cached", "")}
+            for item in result.results
+            if item.action == SHARED_ACTION
+            for check in item.res.get("checks", [])
+        ),
         key=lambda c: (c["reader"], c["writer"]),
     )
     fabric = {
@@ -227,7 +298,13 @@ def bootstrap(request: Request) -> Report:
         slurm=slurm,
         compute=_compute(inventory, result),
         stages=stages,
+        proofs=proofs,
+        verify=bool(spec.options.extravars.get("megaprov_verify")),
     )
+
+
+def _of(result: runner.RunResult, action: str) -> list[runner.TaskResult]:
+    return [item for item in result.results if item.action == action]
 
 
 def mesh_lines(mesh: list[dict[str, Any]], left_out: list[str]) -> list[str]:
@@ -237,7 +314,10 @@ def mesh_lines(mesh: list[dict[str, Any]], left_out: list[str]) -> list[str]:
         bad = [p["line"] for p in mesh if not p["ok"]]
         slowest = max(p["seconds"] for p in mesh)
         among = sorted({p["source"] for p in mesh} | {p["peer"] for p in mesh})
-        lines.append(f"ssh mesh: {len(mesh) - len(bad)}/{len(mesh)} pairs among {', '.join(among)} connect without a prompt (slowest {slowest:.2f}s)")
+        cached = sorted({p["cached"] for p in mesh if p.get("cached")})
+        note = f" ({cached[0]})" if cached and all(p.get("cached") for p in mesh) else " (some pairs cached: " + cached[0] + ")" if cached else ""
+        counts = f"{len(mesh) - len(bad)}/{len(mesh)}"
+        lines.append(f"ssh mesh: {counts} pairs among {', '.join(among)} connect without a prompt (slowest {slowest:.2f}s){note}")
         lines += [f"  {line}" for line in bad]
     if left_out:
         lines.append(f"ssh mesh: left out as unreachable (no pair with them was tried): {', '.join(left_out)}")
@@ -297,7 +377,10 @@ def _compute(inventory: inv.Inventory, result: runner.RunResult) -> dict[str, st
     for item in result.results:
         if item.action != COMPUTE_ACTION or "summary" not in item.res:
             continue
-        lines[item.host] = str(item.res["summary"]) + (f"; warning: {item.res['warning']}" if item.res.get("warning") else "")
+        if item.res.get("cached"):  # the recorded measurement: no fresh rate this run
+            lines[item.host] = str(item.res["summary"]).split("; this run ")[0] + f"; {item.res['cached']}"
+        else:
+            lines[item.host] = str(item.res["summary"]) + (f"; warning: {item.res['warning']}" if item.res.get("warning") else "")
         if isinstance(item.res.get("stored"), dict):
             stored[item.host] = item.res["stored"]
     if stored:
@@ -326,10 +409,10 @@ def render_bootstrap(report: Report) -> None:
     if report.shared:
         bad_reads = [f"{c['reader']} <- {c['writer']}: {c['error']}" for c in report.shared if not c["ok"]]
         readers = len({c["reader"] for c in report.shared})
-        out.print(
-            f"shared directory: {len(report.shared) - len(bad_reads)}/{len(report.shared)} reads identical ({readers} writers x {readers} readers)",
-            markup=False,
-        )
+        cached = sorted({c["cached"] for c in report.shared if c.get("cached")})
+        note = f"; {cached[0]}" if cached else ""
+        counts = f"{len(report.shared) - len(bad_reads)}/{len(report.shared)}"
+        out.print(f"shared directory: {counts} reads identical ({readers} writers x {readers} readers{note})", markup=False)
         for line in bad_reads:
             out.print(f"  {line}", markup=False)
     for host, fab in sorted(report.fabric.items()):
@@ -342,6 +425,8 @@ def render_bootstrap(report: Report) -> None:
         out.print(f"slurm: {line}", markup=False)
     for host, line in sorted(report.compute.items()):
         out.print(f"compute: {host}: {line}", markup=False)
+    for line in proof_lines(report.proofs, report.verify):
+        out.print(line, markup=False)
     if report.stages:
         out.print("time per stage: " + ", ".join(f"{s['stage']} {s['seconds']:.0f}s" for s in report.stages), markup=False)
     _render_failures(report)

@@ -59,7 +59,12 @@ def test_shape_reads_models_memory_and_gpus():
         ({"passed": False, "digests": {"inputs": "a"}}, {"inputs": "a"}, False, (False, "no record")),
         ({"passed": True, "digests": {"inputs": "a"}}, {"inputs": "a"}, False, (True, "inputs unchanged")),
         ({"passed": True, "digests": {"inputs": "a"}}, {"inputs": "a"}, True, (False, "forced (--verify)")),
-        ({"passed": True, "digests": {"inputs": "a", "path /x": "1"}}, {"inputs": "b", "path /x": "2"}, False, (False, "inputs changed: inputs, path /x")),
+        (
+            {"passed": True, "digests": {"inputs": "a", "path /x": "1"}},
+            {"inputs": "b", "path /x": "2"},
+            False,
+            (False, "inputs changed: inputs, path /x"),
+        ),
         ({"passed": True, "digests": {"inputs": "a"}}, {"inputs": "a", "path /new": "1"}, False, (False, "inputs changed: path /new")),
         ({"passed": True, "digests": "garbage"}, {"inputs": "a"}, False, (False, "inputs changed: inputs")),
     ],
@@ -69,7 +74,14 @@ def test_compare(record, digests, force, expected):
 
 
 def test_keep_drops_ansibles_own_keys():
-    registered = {"pairs": [1], "changed": False, "failed": False, "invocation": {"module_args": {}}, "_ansible_no_log": False, "ansible_facts": {"x": 1}}
+    registered = {
+        "pairs": [1],
+        "changed": False,
+        "failed": False,
+        "invocation": {"module_args": {}},
+        "_ansible_no_log": False,
+        "ansible_facts": {"x": 1},
+    }
     assert proof.keep(registered) == {"pairs": [1]}
 
 
@@ -102,13 +114,27 @@ def test_query_record_query_then_drift(tmp_path: Path, capsys):
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
     store = tmp_path / "proofs"
-    query = {"name": "ssh_mesh", "inputs": {"peers": ["node2"]}, "paths": [str(watched), str(tmp_path / "venv/lib/python3*/site-packages")], "store": str(store)}
+    query = {
+        "name": "ssh_mesh",
+        "inputs": {"peers": ["node2"]},
+        "paths": [str(watched), str(tmp_path / "venv/lib/python3*/site-packages")],
+        "store": str(store),
+    }
     rc, first = run(query, capsys)
     assert rc == 0 and first["valid"] is False and first["reason"] == "no record" and first["recorded"] is False
     assert set(first["digests"]) == {"inputs", f"path {watched}", f"path {site}"}
 
-    rc, rec = run({"name": "ssh_mesh", "state": "record", "digests": first["digests"], "result": {"pairs": [{"ok": True}], "changed": False},
-                   "action": "megaprov.cluster.ssh_check", "store": str(store)}, capsys)
+    rc, rec = run(
+        {
+            "name": "ssh_mesh",
+            "state": "record",
+            "digests": first["digests"],
+            "result": {"pairs": [{"ok": True}], "changed": False},
+            "action": "megaprov.cluster.ssh_check",
+            "store": str(store),
+        },
+        capsys,
+    )
     assert rc == 0 and rec["changed"] is False and rec["recorded"] is True
     saved = store / "ssh_mesh.json"
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600 and stat.S_IMODE(store.stat().st_mode) == 0o700

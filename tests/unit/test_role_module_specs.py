@@ -25,6 +25,7 @@ CHECK_MODE = {
     "ib_write_bw": True,
     "nccl_check": False,
     "node_facts": True,
+    "proof": True,
     "rdma_facts": True,
     "shared_check": True,
     "slurm_check": True,

@@ -93,6 +93,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+name:
+  description: The proof's name.
+  type: str
+  returned: always
 recorded:
   description: True for O(state=record) (this task kept a result), false for a query.
   type: bool
@@ -273,7 +277,7 @@ def main():
             with os.fdopen(fd, "w") as handle:
                 json.dump(doc, handle, sort_keys=True)
             os.replace(tmp, path)
-        module.exit_json(changed=False, recorded=True, valid=True, reason="recorded", digests=p["digests"], verified_at=now, result={},
+        module.exit_json(changed=False, name=p["name"], recorded=True, valid=True, reason="recorded", digests=p["digests"], verified_at=now, result={},
                          action=p["action"], summary="recorded at %s" % now)
     digests = input_digests(p)
     try:
@@ -282,7 +286,7 @@ def main():
         record = None
     valid, reason = compare(record, digests, p["force"])
     verified_at = record.get("verified_at", "") if isinstance(record, dict) else ""
-    module.exit_json(changed=False, recorded=False, valid=valid, reason=reason, digests=digests, verified_at=verified_at,
+    module.exit_json(changed=False, name=p["name"], recorded=False, valid=valid, reason=reason, digests=digests, verified_at=verified_at,
                      result=record.get("result", {}) if valid else {}, action=record.get("action", "") if isinstance(record, dict) else "",
                      summary=summary(valid, reason, verified_at))
 
