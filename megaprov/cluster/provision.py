@@ -193,15 +193,27 @@ def stage_seconds(plays: list[tuple[str, float]], stage_of: dict[str, str], ende
 def expand_proofs(results: list[runner.TaskResult], actions: tuple[str, ...]) -> tuple[list[runner.TaskResult], list[dict[str, Any]]]:
     """The proofs the run asked (host, name, valid, reason, verified_at), and the results with each cached proof's
     recorded result put in its place as the result of the module it came from (one of ``actions``), marked with
-    ``cached`` (the words for the report), so a cached check is reported as the check it stands for. Pure."""
-    out: list[runner.TaskResult] = []
+    ``cached`` (the words for the report), so a cached check is reported as the check it stands for.
+
+    A role may run a check on every host although some hosts' proofs held (a peer's inputs changed: each host is
+    the other end of its peers' pairs): when the check itself reports for that host before its next proof, the
+    recorded result is dropped and the proof counts as run. Pure."""
+    out: list[runner.TaskResult | None] = []
     proofs: list[dict[str, Any]] = []
+    pending: dict[tuple[str, str], tuple[int, int]] = {}  # (host, action) -> (index in out, index in proofs)
     for item in results:
         if item.action != PROOF_ACTION:
+            held = pending.pop((item.host, item.action), None)
+            if held is not None:
+                out[held[0]] = None
+                proofs[held[1]] = {**proofs[held[1]], "valid": False, "reason": "ran with its peers, whose inputs changed"}
             out.append(item)
             continue
         if item.res.get("recorded") or "valid" not in item.res:
             continue
+        name = str(item.res.get("name", ""))
+        for key in [k for k in pending if k[0] == item.host and proofs[pending[k][1]]["name"] == name]:
+            del pending[key]  # asked again (a later stage): the earlier cached result stays as it was
         valid = bool(item.res["valid"])
         proofs.append(
             {
@@ -213,10 +225,12 @@ def expand_proofs(results: list[runner.TaskResult], actions: tuple[str, ...]) ->
             }
         )
         recorded = item.res.get("result")
-        if valid and item.res.get("action") in actions and isinstance(recorded, dict) and recorded:
+        action = str(item.res.get("action", ""))
+        if valid and action in actions and isinstance(recorded, dict) and recorded:
             cached = f"verified at {item.res.get('verified_at', '?')}, inputs unchanged; --verify re-proves"
-            out.append(runner.TaskResult(item.host, item.task, str(item.res["action"]), {**recorded, "cached": cached}))
-    return out, proofs
+            pending[(item.host, action)] = (len(out), len(proofs) - 1)
+            out.append(runner.TaskResult(item.host, item.task, action, {**recorded, "cached": cached}))
+    return [item for item in out if item is not None], proofs
 
 
 def proof_lines(proofs: list[dict[str, Any]], verify: bool) -> list[str]:

@@ -177,3 +177,16 @@ def test_a_corrupt_record_is_no_record(tmp_path: Path, capsys):
     (tmp_path / "n.json").write_text("{not json")
     rc, out = run({"name": "n", "store": str(tmp_path)}, capsys)
     assert rc == 0 and out["valid"] is False and out["reason"] == "no record"
+
+
+def test_a_file_the_verification_writes_is_digested_after_it(tmp_path: Path, capsys):
+    fact = tmp_path / "compute.fact"
+    query = {"name": "compute_rate", "paths": [str(fact)], "store": str(tmp_path / "p")}
+    _, first = run(query, capsys)
+    fact.write_text('{"tflops": 1}')  # the measurement stores its fact
+    run({"name": "compute_rate", "state": "record", "digests": first["digests"], "rehash": [str(fact)], "store": str(tmp_path / "p")}, capsys)
+    _, again = run(query, capsys)
+    assert again["valid"] is True
+    fact.unlink()  # someone removed the stored fact: measure again
+    _, gone = run(query, capsys)
+    assert gone["reason"] == f"inputs changed: path {fact}"

@@ -75,3 +75,24 @@ def test_verify_is_visible_even_when_nothing_was_asked():
     ]
     assert provision.proof_lines([], verify=True) == ["--verify: every proof ran again (no proof was asked: were the stages with checks skipped?)"]
     assert provision.proof_lines([], verify=False) == []
+
+
+def test_a_host_whose_proof_held_but_checked_with_its_peers_counts_as_run():
+    real = TaskResult("node1", "Connect", MESH, PAIRS)
+    out, proofs = provision.expand_proofs([query("node1", True), query("node2", False, "inputs changed: path /etc/hosts"), real], (MESH,))
+    assert out == [real]
+    assert [(p["host"], p["valid"], p["reason"]) for p in proofs] == [
+        ("node1", False, "ran with its peers, whose inputs changed"),
+        ("node2", False, "inputs changed: path /etc/hosts"),
+    ]
+
+
+def test_a_later_proof_of_the_same_host_keeps_the_earlier_cached_result():
+    # The compute rate: cached in preflight, measured again in the python stage after the environment changed.
+    compute = "megaprov.cluster.compute_rate"
+    first = query("node1", True, name="compute_rate", action=compute, result={"summary": "old"})
+    second = query("node1", False, "inputs changed: path /venv", name="compute_rate", action=compute)
+    real = TaskResult("node1", "Measure", compute, {"summary": "new"})
+    out, proofs = provision.expand_proofs([first, second, real], (compute,))
+    assert [i.res["summary"] for i in out] == ["old", "new"]
+    assert [p["valid"] for p in proofs] == [True, False]

@@ -57,6 +57,13 @@ options:
     description: With O(state=record), the digests the query returned before the verification ran.
     type: dict
     default: {}
+  rehash:
+    description:
+      - "With O(state=record), paths among the query's O(paths) that the verification itself writes (the fact file a
+        measurement stores), digested again as they are after it."
+    type: list
+    elements: str
+    default: []
   result:
     description: With O(state=record), the verification's passing result, returned by later queries.
     type: dict
@@ -227,12 +234,18 @@ def node_shape():
     return shape(read("/proc/cpuinfo"), len(os.sched_getaffinity(0)), read("/proc/meminfo"), nvidia, platform.release())
 
 
-def input_digests(params):
-    out = {"inputs": digest(params["inputs"])}
-    for pattern in params["paths"]:
+def paths_digests(patterns):
+    out = {}
+    for pattern in patterns:
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         for path in matches or [pattern]:
             out["path " + path] = path_digest(path)
+    return out
+
+
+def input_digests(params):
+    out = {"inputs": digest(params["inputs"])}
+    out.update(paths_digests(params["paths"]))
     if params["mounts"]:
         text = read("/proc/self/mounts")
         for point in params["mounts"]:
@@ -253,6 +266,7 @@ def main():
             "node_shape": {"type": "bool", "default": False},
             "force": {"type": "bool", "default": False},
             "digests": {"type": "dict", "default": {}},
+            "rehash": {"type": "list", "elements": "str", "default": []},
             "result": {"type": "dict", "default": {}},
             "action": {"type": "str", "default": ""},
             "store": {"type": "path", "default": "/var/lib/megaprov/proofs"},
@@ -267,7 +281,8 @@ def main():
         if not p["digests"]:
             module.fail_json(msg="state=record needs digests: pass the query's digests (register it, then digests: \"{{ q.digests }}\")")
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        doc = {"version": 1, "name": p["name"], "passed": True, "verified_at": now, "digests": p["digests"],
+        digests = dict(p["digests"], **paths_digests(p["rehash"]))
+        doc = {"version": 1, "name": p["name"], "passed": True, "verified_at": now, "digests": digests,
                "action": p["action"], "result": keep(p["result"])}
         if not module.check_mode:
             os.makedirs(p["store"], mode=0o700, exist_ok=True)
@@ -277,7 +292,7 @@ def main():
             with os.fdopen(fd, "w") as handle:
                 json.dump(doc, handle, sort_keys=True)
             os.replace(tmp, path)
-        module.exit_json(changed=False, name=p["name"], recorded=True, valid=True, reason="recorded", digests=p["digests"], verified_at=now, result={},
+        module.exit_json(changed=False, name=p["name"], recorded=True, valid=True, reason="recorded", digests=digests, verified_at=now, result={},
                          action=p["action"], summary="recorded at %s" % now)
     digests = input_digests(p)
     try:
