@@ -233,6 +233,12 @@ def expand_proofs(results: list[runner.TaskResult], actions: tuple[str, ...]) ->
     return [item for item in out if item is not None], proofs
 
 
+def _step_note(host: str, proofs: list[dict[str, Any]]) -> str:
+    """The words for Slurm's srun step when its proof held on the controller (the state and Gres are read every run). Pure."""
+    held = [p for p in proofs if p["name"] == "slurm_step" and p["host"] == host and p["valid"]]
+    return f"; srun step verified at {held[-1]['verified_at']}, inputs unchanged; --verify re-proves" if held else ""
+
+
 def proof_lines(proofs: list[dict[str, Any]], verify: bool) -> list[str]:
     """One line per proof name: where its recorded result stood (inputs unchanged) and where it ran, and why. Pure."""
     lines = []
@@ -272,9 +278,7 @@ def bootstrap(request: Request) -> Report:
         if item.action == NCCL_ACTION and "summary" in item.res
     ]
     slurm = [
-        str(item.res["summary"]) + (f" ({item.res['cached']})" if item.res.get("cached") else "")
-        for item in result.results
-        if item.action == SLURM_ACTION and "summary" in item.res
+        str(item.res["summary"]) + _step_note(item.host, proofs) for item in result.results if item.action == SLURM_ACTION and "summary" in item.res
     ]
     mesh = sorted(
         ({**pair, "cached": item.res.get("cached", "")} for item in _of(result, MESH_ACTION) for pair in item.res.get("pairs", [])),

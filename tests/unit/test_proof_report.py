@@ -96,3 +96,10 @@ def test_a_later_proof_of_the_same_host_keeps_the_earlier_cached_result():
     out, proofs = provision.expand_proofs([first, second, real], (compute,))
     assert [i.res["summary"] for i in out] == ["old", "new"]
     assert [p["valid"] for p in proofs] == [True, False]
+
+
+def test_the_slurm_line_says_when_its_step_was_proved():
+    proofs = [{"host": "node1", "name": "slurm_step", "valid": True, "reason": "inputs unchanged", "verified_at": "2026-01-01T00:00:00Z"}]
+    assert provision._step_note("node1", proofs) == "; srun step verified at 2026-01-01T00:00:00Z, inputs unchanged; --verify re-proves"
+    assert provision._step_note("node2", proofs) == ""
+    assert provision._step_note("node1", [{**proofs[0], "valid": False}]) == ""
