@@ -78,8 +78,15 @@ def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
     assert all(s["seconds"] >= 0 for s in again["result"]["stages"])
     # Slurm (the lab enables the scheduler stage): every node up, a step on all of them, their stand-in GPUs as gres
     [slurm] = again["result"]["slurm"]
-    assert slurm.startswith("3/3 node(s) up (node1 idle, node2 idle, node3 idle); srun -N3 hostname as megaprov answered from node1, node2, node3")
-    assert slurm.endswith("; gres gpu:2"), slurm
+    # The step ran when the lab was bootstrapped; nothing it depends on changed since, so its proof stands (test_proofs below).
+    assert slurm.startswith("3/3 node(s) up (node1 idle, node2 idle, node3 idle); gres gpu:2; srun step verified at "), slurm
+    assert slurm.endswith(", inputs unchanged; --verify re-proves"), slurm
+    # Every slow verification proved nothing new: each stands on its recorded proof, and the report shows its result.
+    proofs = again["result"]["proofs"]
+    assert {p["name"] for p in proofs} == {"ssh_mesh", "shared_dir", "compute_rate", "munge", "slurm_step"}
+    assert [p for p in proofs if not p["valid"]] == []
+    assert len(again["result"]["mesh"]) == 6 and all(p["ok"] and p["cached"] for p in again["result"]["mesh"])
+    assert len(again["result"]["shared"]) == 9 and all(c["ok"] and c["cached"] for c in again["result"]["shared"])
     # GPU stack on GPU-less nodes: the driver stage says so per node, nothing NVIDIA is installed, and the
     # training environment is real (torch's CPU build and megatron-core 0.16.1 from the lab wheelhouse).
     assert again["result"]["gpu"] == {h: "skipped: no GPU on the PCI bus" for h in ("node1", "node2", "node3")}
@@ -91,6 +98,40 @@ def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
     # The mesh is real: node3 reaches node1 as the cluster user by name.
     out = podman_exec(containers(bootstrapped)[2], "su", "-", "megaprov", "-c", "ssh -o BatchMode=yes node1 hostname")
     assert out.returncode == 0 and out.stdout.strip() == "node1", out.stderr
+
+
+def test_proofs_run_again_when_an_input_changes_and_all_of_them_with_verify(bootstrapped):
+    inventory, nodes = bootstrapped["inventory"], containers(bootstrapped)
+    tags = "ssh_mesh,storage,scheduler"
+
+    def proofs(*flags):
+        code, doc, err = megaprov("bootstrap", inventory, "--tags", tags, *flags, "--output", "json")
+        assert code == 0, err
+        return {(p["host"], p["name"]): (p["valid"], p["reason"]) for p in doc["result"]["proofs"]}, doc["result"]
+
+    # node2 loses its SSH proof, and node3's /etc/hosts (an input of the SSH proof) is touched in content: both run,
+    # and so do their peers (each node is the other end of its peers' pairs); the other proofs stand.
+    assert podman_exec(nodes[1], "rm", "/var/lib/megaprov/proofs/ssh_mesh.json").returncode == 0
+    assert podman_exec(nodes[2], "sh", "-c", "echo '# a comment' >> /etc/hosts").returncode == 0
+    try:
+        found, result = proofs()
+    finally:
+        podman_exec(nodes[2], "sed", "-i", "$d", "/etc/hosts")
+    assert found[("node2", "ssh_mesh")] == (False, "no record")
+    assert found[("node3", "ssh_mesh")] == (False, "inputs changed: path /etc/hosts")
+    assert found[("node1", "ssh_mesh")] == (False, "ran with its peers, whose inputs changed")
+    assert all(found[(h, "shared_dir")] == (True, "inputs unchanged") for h in ("node1", "node2", "node3"))
+    assert found[("node1", "slurm_step")] == (True, "inputs unchanged")
+    assert len(result["mesh"]) == 6 and not any(p["cached"] for p in result["mesh"]), "the pairs ran: they are not the recorded ones"
+    assert podman_exec(nodes[1], "test", "-f", "/var/lib/megaprov/proofs/ssh_mesh.json").returncode == 0, "the passing check was not recorded"
+    mode = podman_exec(nodes[1], "stat", "-c", "%a %U", "/var/lib/megaprov/proofs", "/var/lib/megaprov/proofs/ssh_mesh.json").stdout.split()
+    assert mode == ["700", "root", "600", "root"]
+
+    # --verify: every proof runs, whatever is recorded, and the report says so.
+    found, result = proofs("--verify")
+    assert found and all(v == (False, "forced (--verify)") for v in found.values()), found
+    assert result["verify"] is True
+    assert result["slurm"][0].count("srun -N3 hostname as megaprov answered from node1, node2, node3") == 1
 
 
 def test_check_mode_after_converge_reports_no_change(bootstrapped):
