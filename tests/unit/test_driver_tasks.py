@@ -13,6 +13,7 @@ def flat(name="main.yml"):
     out = []
     for task in yaml.safe_load((ROLE / "tasks" / name).read_text()):
         sub = task.get("ansible.builtin.import_tasks") or task.get("ansible.builtin.include_tasks")
+        sub = sub["file"] if isinstance(sub, dict) else sub  # include_tasks with apply: {file: ..., apply: {tags: ...}}
         out.extend(flat(sub) if sub else [task])
     return out
 

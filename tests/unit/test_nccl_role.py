@@ -133,6 +133,7 @@ def test_nothing_on_the_share_is_written_as_root():
                 ("nccl_tests_dir" in text or "nccl_baseline_dir" in text)
                 and "ansible.builtin.fail" not in task
                 and "ansible.builtin.assert" not in task
+                and "megaprov.cluster.proof" not in task  # reads (digests) only; what root cannot read digests as unreadable
             ):
                 if "ansible.builtin.debug" in task:
                     continue

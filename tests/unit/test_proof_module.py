@@ -190,3 +190,11 @@ def test_a_file_the_verification_writes_is_digested_after_it(tmp_path: Path, cap
     fact.unlink()  # someone removed the stored fact: measure again
     _, gone = run(query, capsys)
     assert gone["reason"] == f"inputs changed: path {fact}"
+
+
+def test_a_path_root_cannot_read_digests_as_unreadable(tmp_path: Path, monkeypatch):
+    def denied(path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(proof, "_path_digest", denied)
+    assert proof.path_digest(str(tmp_path)) == "unreadable: Permission denied"

@@ -201,7 +201,15 @@ def summary(valid, reason, verified_at):
 
 
 def path_digest(path):
-    """sha256 of a file's content, of a directory's listing (names, types, file sizes), or 'absent'."""
+    """sha256 of a file's content, of a directory's listing (names, types, file sizes), 'absent', or 'unreadable'
+    (root squashed on a shared directory: the record then holds until the path becomes readable or goes)."""
+    try:
+        return _path_digest(path)
+    except OSError as exc:
+        return "unreadable: %s" % (exc.strerror or exc.__class__.__name__)
+
+
+def _path_digest(path):
     if os.path.isdir(path):
         rows = []
         for entry in sorted(os.scandir(path), key=lambda e: e.name):
