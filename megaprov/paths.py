@@ -11,6 +11,7 @@ inputs, its wheelhouse) to ``$MEGAPROV_CACHE`` or ``$XDG_CACHE_HOME/megaprov`` (
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
@@ -93,16 +94,22 @@ def cached_dir(final: Path, fill: Callable[[Path], None], stamp: str) -> Path:
     if (final / ".complete").exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        fill(tmp)
-        for path in [tmp, *tmp.rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
-        (tmp / ".complete").write_text(stamp + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    # Two processes (parallel test workers, two commands of one user) filling the same directory: the second waits for
+    # the first and then finds it complete, instead of removing a directory the first one's users already mount.
+    with open(final.parent / f".{final.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".complete").exists():
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+        try:
+            fill(tmp)
+            for path in [tmp, *tmp.rglob("*")]:
+                path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+            (tmp / ".complete").write_text(stamp + "\n")
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
     return final

@@ -20,10 +20,30 @@ if [ -z "${MEGAPROV_SKIP_PY312:-}" ] && [ -n "$PY312" ] && [ "$(.venv/bin/python
     .venv312/bin/pip install -q -e ".[mitogen]" pytest hypothesis
     touch "$stamp312"
   fi
-  echo "test: unit and CLI tests on $(.venv312/bin/python --version)"
-  .venv312/bin/pytest -q -p no:cacheprovider tests/unit tests/cli
+  # They run beside the main session (a few minutes of CPU that would otherwise lead it); their output is shown at the end.
+  echo "test: unit and CLI tests on $(.venv312/bin/python --version), beside the main run (log: .megaprov/test-py312.log)"
+  mkdir -p .megaprov
+  .venv312/bin/pytest -q -p no:cacheprovider tests/unit tests/cli >.megaprov/test-py312.log 2>&1 &
+  PY312_PID=$!
 else
   echo "test: no Python 3.12 here; the unit and CLI tests run on $(.venv/bin/python --version) only"
 fi
-# pytest exits 5 when it collected no test: set -e makes that a failure, never a silent pass.
-exec .venv/bin/pytest --durations=40 tests "$@"
+# The main session in parallel parts (tests/conftest.py): the lab integration tests on one worker, the Molecule
+# scenarios on two more, the quick tests wherever a worker is free. MEGAPROV_TEST_WORKERS=1 runs them in one process.
+WORKERS=${MEGAPROV_TEST_WORKERS:-3}
+XDIST=()
+[ "$WORKERS" -gt 1 ] && XDIST=(-n "$WORKERS" --dist loadgroup)
+# pytest exits 5 when it collected no test: that is a failure, never a silent pass.
+rc=0
+.venv/bin/pytest "${XDIST[@]}" --durations=40 tests "$@" || rc=$?
+if [ -n "${PY312_PID:-}" ]; then
+  rc312=0
+  wait "$PY312_PID" || rc312=$?
+  echo "test: unit and CLI tests on Python 3.12: $(tail -n 1 .megaprov/test-py312.log)"
+  if [ "$rc312" -ne 0 ]; then
+    tail -n 60 .megaprov/test-py312.log
+    echo "test: the Python 3.12 unit and CLI tests failed (exit $rc312)" >&2
+    [ "$rc" -ne 0 ] || rc=$rc312
+  fi
+fi
+exit "$rc"

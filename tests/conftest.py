@@ -27,3 +27,64 @@ def load_module(path: Path, name: str):
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+# The suite's parallel parts (scripts/test.sh runs `pytest -n N --dist loadgroup`): the lab integration tests share one
+# bootstrapped lab and run in order on one worker; the Molecule scenarios, each with its own containers and network,
+# run on two further workers, split by how long each took in a full run (seconds; a new scenario counts 150 until
+# measured); the unit, CLI and static tests fill whichever worker is free.
+MOLECULE_SECONDS = {
+    "slurm": 317,
+    "nvidia_driver": 229,
+    "nccl": 202,
+    "python_stack": 199,
+    "nfs": 187,
+    "ssh_mesh": 140,
+    "common": 116,
+    "infiniband": 70,
+    "cuda": 70,
+    "preflight": 38,
+}
+MOLECULE_GROUPS = 2
+
+
+def molecule_groups(scenarios: list[str]) -> dict[str, str]:
+    """Scenario -> xdist group: longest first onto the group with the least time so far. Pure."""
+    load = [0.0] * MOLECULE_GROUPS
+    out = {}
+    for scenario in sorted(scenarios, key=lambda s: (-MOLECULE_SECONDS.get(s, 150), s)):
+        i = load.index(min(load))
+        load[i] += MOLECULE_SECONDS.get(scenario, 150)
+        out[scenario] = f"molecule-{i + 1}"
+    return out
+
+
+def part_of(nodeid: str) -> str:
+    """The part of the suite a test belongs to, for the time-per-part summary: unit, cli, static, molecule, integration."""
+    parts = nodeid.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+
+
+def pytest_collection_modifyitems(config, items):
+    scenario = {item: item.callspec.params["scenario"] for item in items if getattr(item, "originalname", "") == "test_molecule_scenario"}
+    groups = molecule_groups(list(scenario.values()))
+    for item in items:
+        if part_of(item.nodeid) == "integration":
+            item.add_marker(pytest.mark.xdist_group("lab"))
+        elif item in scenario:
+            item.add_marker(pytest.mark.xdist_group(groups[scenario[item]]))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Time per part of the suite: the sum of its tests' setup, call and teardown (with workers in parallel, the
+    session's wall time is less than the total)."""
+    totals: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid, duration = getattr(report, "nodeid", ""), getattr(report, "duration", None)
+            if nodeid and isinstance(duration, float):
+                totals[part_of(nodeid)] = totals.get(part_of(nodeid), 0.0) + duration
+    if totals:
+        terminalreporter.write_sep("=", "time per part (sum of setup, call and teardown)")
+        for part, seconds in sorted(totals.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{part:<12} {seconds:8.0f} s")
