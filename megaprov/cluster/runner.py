@@ -73,6 +73,8 @@ class Failure:
     play: str
     message: str
     unreachable: bool
+    # the module said the failure is the user's settings, not the node (megaprov.cluster.job_step's refusals)
+    usage: bool = False
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,7 @@ class EventFolder:
                 lo_hi[0], lo_hi[1] = min(lo_hi[0], span[0]), max(lo_hi[1], span[1])
         res = data.get("res") or {}
         if kind == "runner_on_failed" and not data.get("ignore_errors"):
-            self.failures.append(Failure(host or "?", data.get("task", ""), self.play, _message(res), False))
+            self.failures.append(Failure(host or "?", data.get("task", ""), self.play, _message(res), False, res.get("usage_error") is True))
         elif kind == "runner_on_unreachable":
             self.failures.append(Failure(host or "?", data.get("task", ""), self.play, _message(res), True))
         elif kind == "runner_on_ok" and data.get("task_action") in self.collect:

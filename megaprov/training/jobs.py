@@ -9,6 +9,7 @@ the shared directory (``megaprov_controller_shared_dir``); nodes are only reache
 
 from __future__ import annotations
 
+import base64
 import json
 import posixpath
 import shutil
@@ -212,7 +213,7 @@ def _failure(result: runner.RunResult, what: str) -> MegaprovError:
         error.exit_code = ExitCode.UNREACHABLE
         return error
     first = result.failures[0]
-    if first.task.startswith(("Refuse", "Check the training interpreter")):  # the job's own settings: a usage error
+    if first.usage or first.task.startswith("Refuse"):  # the job's own settings: a usage error
         return UsageError(f"{what}: {first.message}")
     return JobFailed(f"{what}: {first.host}: task '{first.task}' failed: {first.message}", f"see {result.artifacts}/stdout")
 
@@ -365,14 +366,25 @@ def start(
             shutil.copy(PACKAGE_DIR / "training" / "trainer.py", staging / render.LAB_TRAINER_FILE)
         (staging / "logs").mkdir()
         bundle = Path(staging_dir + ".tar.gz")
-        _bundle(staging, bundle)
-        job_vars = job.vars(
-            python=spec.launch.python, master_port=spec.launch.master_port, bundle=str(bundle), resume=resume, shape=model_shape(spec), units=units
-        )
         try:
-            launchers.of(job.launcher).start(job, job_vars, quiet, strategy)
+            _bundle(staging, bundle)
+            data = bundle.read_bytes()
         finally:
             bundle.unlink(missing_ok=True)
+        if len(data) > BUNDLE_MAX:
+            raise UsageError(
+                f"the job's files are {len(data) >> 20} MiB packed (more than {BUNDLE_MAX >> 20} MiB)", "keep data and checkpoints out of the job"
+            )
+        # The files travel inside the module call that unpacks them (megaprov.cluster.job_step): one round trip.
+        job_vars = job.vars(
+            python=spec.launch.python,
+            master_port=spec.launch.master_port,
+            bundle_b64=base64.b64encode(data).decode(),
+            resume=resume,
+            shape=model_shape(spec),
+            units=units,
+        )
+        launchers.of(job.launcher).start(job, job_vars, quiet, strategy)
     if job.slurm_id:
         set_state(job, "submitted", slurm_job_id=job.slurm_id)
     remember(job)
@@ -386,6 +398,10 @@ def submit_host(found: inv.Inventory) -> str:
         if members:
             return members[0]
     raise UsageError(f"{found.path}: no [head] host to submit Slurm jobs on", "add the Slurm controller as [head] or [slurm_controller]")
+
+
+# The packed job files (spec, plan, launch scripts, the lab trainer: tens of KB); they travel as a module argument.
+BUNDLE_MAX = 8 * 1024 * 1024
 
 
 def _bundle(directory: Path, target: Path) -> None:
@@ -612,16 +628,23 @@ def conclude(
     return judged, report, paths
 
 
-def first_start_seconds(log: follow.JobLog, since_epoch: float) -> dict[str, Any]:
-    """Launch timing: megaprov -> torchrun started (node clocks) -> first iteration read."""
+def _epoch(stamp: str) -> float:
     from datetime import datetime
 
-    stamps = [datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() for starts in log.starts.values() for s in starts]
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def first_start_seconds(log: follow.JobLog, since_epoch: float) -> dict[str, Any]:
+    """Launch timing: megaprov -> torchrun started (node clocks; on the first node and on every node) -> first iteration read."""
+    stamps = [_epoch(s) for starts in log.starts.values() for s in starts]
     stamps = [s for s in stamps if s >= since_epoch - 1]  # this launch's, not those of earlier attempts
     out: dict[str, Any] = {}
     if stamps:
         first = min(stamps)
         out["megaprov_to_torchrun_start_s"] = round(first - since_epoch, 2)
+        # every node's torchrun of this launch: its first start on each node, the latest of those
+        per_node = [min(t) for t in ([s for s in (_epoch(x) for x in starts) if s >= since_epoch - 1] for starts in log.starts.values()) if t]
+        out["megaprov_to_torchrun_started_everywhere_s"] = round(max(per_node) - since_epoch, 2)
         firsts = [it.seen for it in log.series() if it.attempt == 0][:1]
         if firsts:
             out["torchrun_start_to_first_iteration_s"] = round(firsts[0] - first, 2)

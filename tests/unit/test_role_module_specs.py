@@ -23,6 +23,7 @@ CHECK_MODE = {
     "compute_rate": True,
     "gpu_state": True,
     "ib_write_bw": True,
+    "job_step": True,
     "nccl_check": False,
     "node_facts": True,
     "proof": True,
@@ -31,6 +32,7 @@ CHECK_MODE = {
     "slurm_check": True,
     "slurm_node": True,
     "ssh_check": True,
+    "uv_pip": True,
 }
 # Modules that would send traffic whatever the options (ib_write_bw runs perftest through subprocess, which raises
 # with PATH emptied): run in check mode, where they stop after parsing their options.
@@ -38,6 +40,7 @@ CHECK_MODE_ONLY = {"ib_write_bw"}
 # Values for required options that make main() do nothing: no peers to reach, nothing to read back, no interpreter.
 REQUIRED = {
     "argv": ["true"],
+    "step": "check",
     "socket_interface": "eth0",
     "access": "path",
     "root": "/nonexistent/megaprov",

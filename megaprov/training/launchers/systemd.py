@@ -18,7 +18,7 @@ class SystemdLauncher:
 
         result = jobs._play(job, "job_launch.yml", job_vars, quiet, strategy=strategy)
         if not result.ok:
-            if any(f.play.startswith("Start") for f in result.failures):
+            if any(f.task.startswith("Start") for f in result.failures):
                 jobs._play(job, "job_stop.yml", job.vars(), quiet)  # some units may run: stop them all
             raise jobs._failure(result, f"job {job.name} not started")
 
