@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument("--check", action="store_true", help="dry run: report what would change")
     boot.add_argument("--diff", action="store_true", help="show file differences")
     boot.add_argument(
+        "--bundle",
+        metavar="DIR",
+        help="offline bundle (megaprov bundle build): checked against its manifest and the inventory before anything is applied",
+    )
+    boot.add_argument(
         "--verify", action="store_true", help="run every verification again, even those a recorded proof with unchanged inputs already passed"
     )
 
@@ -158,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     lab_inventory.add_argument("--output", choices=("text", "json"), default="text")
     lab_down = lab_sub.add_parser("down", help="remove what lab up made")
     _job_parsers(sub)
+    _bundle_parsers(sub)
     lab_down.add_argument("--name", default="default")
     lab_down.add_argument("--output", choices=("text", "json"), default="text")
     for action, text in (("stop", "stop one node (its disk and address stay)"), ("start", "start a stopped node; wait for boot and SSH")):
@@ -166,6 +172,23 @@ def build_parser() -> argparse.ArgumentParser:
         lab_node.add_argument("--name", default="default")
         lab_node.add_argument("--output", choices=("text", "json"), default="text")
     return parser
+
+
+def _bundle_parsers(sub: Any) -> None:
+    bundle = sub.add_parser("bundle", help="offline bundle for air-gapped sites: what the bootstrap fetches, with a manifest")
+    bundle_sub = bundle.add_subparsers(dest="bundle_command", metavar="ACTION", parser_class=_Parser)
+    build = bundle_sub.add_parser("build", help="collect what the inventory's bootstrap fetches (apt, wheels, git) into a new directory")
+    build.add_argument("-i", "--inventory", required=True, help="the cluster's inventory")
+    # --output names the bundle's directory here; the report's format is --format.
+    build.add_argument("--output", dest="directory", required=True, metavar="DIR", help="new directory for the bundle")
+    build.add_argument("--distribution", default="debian-12", help="the nodes' distribution: debian-12 (default), ubuntu-22.04, ubuntu-24.04")
+    build.add_argument("--arch", default="amd64", help="the nodes' architecture: amd64 (default) or arm64")
+    build.add_argument("--security-mirror", help="the distribution's security archive ('' for none; default: the distribution's own)")
+    build.add_argument("--format", dest="output", choices=("text", "json"), default="text", help="json: one JSON document on stdout")
+    verify = bundle_sub.add_parser("verify", help="check a bundle's files against its manifest, and its versions against an inventory")
+    verify.add_argument("directory", metavar="DIR")
+    verify.add_argument("-i", "--inventory", help="also check that the bundle holds the versions this inventory asks for")
+    verify.add_argument("--output", choices=("text", "json"), default="text", help="json: one JSON document on stdout")
 
 
 def _fraction(text: str) -> float:
@@ -629,6 +652,40 @@ def _request(args: argparse.Namespace, more_vars: dict[str, Any] | None = None, 
     return provision.Request(inventory=Path(args.inventory), options=options, quiet=args.output == "json")
 
 
+def _cmd_bundle(args: argparse.Namespace) -> Outcome:
+    from megaprov.cluster import bundle
+
+    if args.bundle_command not in ("build", "verify"):
+        raise UsageError("megaprov bundle: missing ACTION", "use `megaprov bundle build -i INVENTORY --output DIR` or `megaprov bundle verify DIR`")
+    quiet = args.output == "json"
+    out, err = console(), console(stderr=True)
+    if args.bundle_command == "build":
+
+        def progress(message: str) -> None:
+            if not quiet:
+                err.print(f"bundle: {message}", markup=False)
+
+        dist = bundle.distribution(args.distribution)
+        built = bundle.build(Path(args.inventory), Path(args.directory), dist, args.arch, args.security_mirror, progress)
+        if not quiet:
+            timing = ", ".join(f"{part} {seconds:.0f}s" for part, seconds in built.seconds.items())
+            out.print(
+                f"bundle {built.directory}: {built.files:,} files, {built.bytes / 1e6:,.1f} MB ({built.apt} packages, {built.wheels} wheels, "
+                f"git: {', '.join(built.git) or 'none'}); {timing}",
+                markup=False,
+            )
+        return Outcome("bundle build", built)
+    verified = bundle.verify(Path(args.directory), Path(args.inventory) if args.inventory else None)
+    if not quiet:
+        against = f", and it holds what {args.inventory} asks for" if args.inventory else ""
+        out.print(
+            f"bundle {verified.directory}: {verified.files:,} files, {verified.bytes / 1e6:,.1f} MB match the manifest"
+            f"{against} ({verified.seconds:.1f}s)",
+            markup=False,
+        )
+    return Outcome("bundle verify", {"directory": verified.directory, "files": verified.files, "bytes": verified.bytes, "seconds": verified.seconds})
+
+
 def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
     from megaprov.cluster import provision
 
@@ -640,6 +697,10 @@ def _cmd_bootstrap(args: argparse.Namespace) -> Outcome:
         check=args.check,
         diff=args.diff,
     )
+    if args.bundle:  # before anything is applied: a bundle that does not match refuses the whole run
+        from megaprov.cluster import bundle
+
+        request = bundle.bootstrap_request(request, Path(args.bundle))
     report = provision.bootstrap(request)
     if args.output == "text":
         provision.render_bootstrap(report)
@@ -681,6 +742,7 @@ HANDLERS = {
     "train": _cmd_train,
     "jobs": _cmd_jobs,
     "data": _cmd_data,
+    "bundle": _cmd_bundle,
 }
 
 

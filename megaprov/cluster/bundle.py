@@ -1,0 +1,961 @@
+"""The offline bundle: what an inventory's bootstrap fetches from outside the cluster, in one directory.
+
+``megaprov bundle build -i INV --output DIR`` on a connected machine fills::
+
+    DIR/manifest.json   format, created, megaprov, distribution, arch, python, files (sha256, size), versions
+    DIR/apt/            *.deb + Packages.gz: a flat repository (deb [trusted=yes] http://HEAD/bundle/apt ./)
+    DIR/wheels/         *.whl
+    DIR/git/NAME.git    bare repositories (git clone --mirror): Megatron-LM, nccl-tests, apex
+
+What goes in comes from the collection itself: the playbook ``bundle_contents.yml`` lets Ansible evaluate the roles'
+defaults and vars with the inventory's variables for a fresh node of the target distribution (:func:`resolve`,
+through the runner), and :func:`parse_contents` types its answer. The apt closure is resolved by apt in a private
+root (its own sources.list, an empty dpkg status, so everything a fresh node lacks is there); wheels by ``pip
+download`` for the nodes' Python (:mod:`megaprov.cluster.wheelhouse`); git remotes are mirrored whole.
+
+:func:`verify` is what ``megaprov bundle verify`` and ``megaprov bootstrap --bundle`` run before anything is applied:
+every file against the manifest (sha256, size, none missing, none extra, no link, no path out of DIR), and, with an
+inventory, the manifest's versions against what the inventory asks for, naming the variable that differs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import getpass
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from megaprov import values
+from megaprov.errors import EnvironmentProblem, UsageError
+
+FORMAT: Literal[1] = 1
+MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest of MAX_FILES entries is ~20 MiB
+MAX_FILES = 100_000  # files in one bundle (a CUDA closure is ~1,000 packages; a git mirror a few dozen files)
+MAX_FILE_BYTES = 64 << 30  # one file (the largest CUDA packages and git packs are a few GiB)
+MAX_PATH = 1024  # one file name in the manifest, relative to DIR
+MAX_KEYRING_DEB_BYTES = 16 << 20
+TOP = ("apt", "wheels", "git")
+GIT_NAMES = ("Megatron-LM", "nccl-tests", "apex")  # as the roles name their checkouts
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+class BundleError(UsageError):
+    """A bundle that does not match its manifest or the inventory; nothing was applied."""
+
+
+REBUILD = "rebuild it with `megaprov bundle build -i INVENTORY --output DIR` on a connected machine"
+
+
+# ---- the target: distributions a bundle can be built for
+
+
+@dataclass(frozen=True)
+class Distribution:
+    id: str
+    version: str
+    codename: str
+    name: str  # ansible_distribution
+    python: str  # the nodes' python3 (pytorch_python)
+    mirror: str  # default archive (Debian: the inventory's nvidia_driver_debian_mirror wins)
+    security: str  # default security archive
+    components: tuple[str, ...]
+    keyring: str  # the archive's keyring on this machine (debian-archive-keyring, ubuntu-keyring)
+    kernels: dict[str, str]  # arch -> kernel flavour: linux-headers-<flavour> is the metapackage of the current kernel
+
+    @property
+    def key(self) -> str:
+        return f"{self.id}-{self.version}"
+
+
+_DEBIAN_PARTS = ("main", "contrib", "non-free", "non-free-firmware")
+_UBUNTU_PARTS = ("main", "restricted", "universe", "multiverse")
+DISTRIBUTIONS: dict[str, Distribution] = {
+    d.key: d
+    for d in (
+        Distribution(
+            "debian",
+            "12",
+            "bookworm",
+            "Debian",
+            "3.11",
+            "http://deb.debian.org/debian",
+            "http://deb.debian.org/debian-security",
+            _DEBIAN_PARTS,
+            "/usr/share/keyrings/debian-archive-keyring.gpg",
+            {"amd64": "amd64", "arm64": "arm64"},
+        ),
+        Distribution(
+            "ubuntu",
+            "22.04",
+            "jammy",
+            "Ubuntu",
+            "3.10",
+            "http://archive.ubuntu.com/ubuntu",
+            "http://security.ubuntu.com/ubuntu",
+            _UBUNTU_PARTS,
+            "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
+            {"amd64": "generic", "arm64": "generic"},
+        ),
+        Distribution(
+            "ubuntu",
+            "24.04",
+            "noble",
+            "Ubuntu",
+            "3.12",
+            "http://archive.ubuntu.com/ubuntu",
+            "http://security.ubuntu.com/ubuntu",
+            _UBUNTU_PARTS,
+            "/usr/share/keyrings/ubuntu-archive-keyring.gpg",
+            {"amd64": "generic", "arm64": "generic"},
+        ),
+    )
+}
+ARCHES = {"amd64": "x86_64", "arm64": "aarch64"}  # Debian's name -> ansible_architecture
+
+
+def distribution(text: str) -> Distribution:
+    """``debian-12``, ``bookworm``, ``ubuntu-24.04``, ``noble``: one of :data:`DISTRIBUTIONS`."""
+    for dist in DISTRIBUTIONS.values():
+        if text in (dist.key, dist.codename, f"{dist.id}:{dist.version}"):
+            return dist
+    raise UsageError(
+        f"--distribution {values.shown(text)} is not one a bundle can be built for",
+        "use " + ", ".join(f"{d.key} ({d.codename})" for d in DISTRIBUTIONS.values()),
+    )
+
+
+# ---- the manifest
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class FileEntry(_Model):
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0, le=MAX_FILE_BYTES)
+
+
+class GitVersion(_Model):
+    ref: str = Field(min_length=1, max_length=255)
+    commit: str = Field(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+class Versions(_Model):
+    apt: dict[str, str] = Field(max_length=MAX_FILES)
+    wheels: dict[str, str] = Field(max_length=MAX_FILES)
+    git: dict[str, GitVersion] = Field(max_length=len(GIT_NAMES))
+
+
+class DistributionId(_Model):
+    id: str = Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")
+    version: str = Field(pattern=r"^[0-9][0-9.]{0,15}$")
+    codename: str = Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")
+
+
+class Manifest(_Model):
+    format: Literal[1]
+    created: datetime
+    megaprov: str = Field(min_length=1, max_length=64)
+    distribution: DistributionId
+    arch: Literal["amd64", "arm64"]
+    python: str = Field(pattern=r"^3\.[0-9]{1,2}$")
+    files: dict[str, FileEntry] = Field(max_length=MAX_FILES)
+    versions: Versions
+
+
+# What a file name in a bundle may be: a relative path under apt/, wheels/ or git/NAME.git/, each part a plain name.
+_PART = re.compile(r"^[A-Za-z0-9_+%~=@][A-Za-z0-9_.+%~=@,-]{0,254}$")
+_APT_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]{0,127}$")
+_APT_VERSION = re.compile(r"^[A-Za-z0-9.+~:*-]{1,128}$")  # '*' for a pin (580.*)
+_REQUIREMENT = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(\[[A-Za-z0-9,._-]{1,128}\])?([=<>!~]=?[A-Za-z0-9.*+!_-]{1,64}(,[=<>!~]=?[A-Za-z0-9.*+!_-]{1,64}){0,4})?$"
+)
+_GIT_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}$")
+_URL_SCHEMES = ("http", "https", "file")
+_GIT_SCHEMES = ("http", "https", "file", "ssh", "git")
+
+
+def file_name(name: str, where: str = "manifest.json: files") -> str:
+    """A file name of the manifest: relative, under apt/, wheels/ or git/<NAME>.git/, no '..', no odd characters."""
+    shown = values.shown(name)
+    if not isinstance(name, str) or not name or len(name) > MAX_PATH:
+        raise BundleError(f"{where}: {shown} is not a file name of at most {MAX_PATH} characters", REBUILD)
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise BundleError(f"{where}: {shown} leaves the bundle directory or is not a plain relative path", REBUILD)
+    if not all(_PART.fullmatch(p) for p in parts):
+        raise BundleError(f"{where}: {shown} has characters a bundle's file names never have", REBUILD)
+    top = parts[0]
+    flat = len(parts) == 2
+    if top == "apt" and flat and (parts[1].endswith(".deb") or parts[1] == "Packages.gz"):
+        return name
+    if top == "wheels" and flat and parts[1].endswith(".whl"):
+        return name
+    if top == "git" and len(parts) >= 3 and parts[1] in {f"{n}.git" for n in GIT_NAMES}:
+        return name
+    raise BundleError(
+        f"{where}: {shown} is not a bundle file (apt/*.deb, apt/Packages.gz, wheels/*.whl, git/<{'|'.join(GIT_NAMES)}>.git/...)", REBUILD
+    )
+
+
+def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
+    """The typed manifest, or one line naming the first field that is wrong. Pure."""
+    data = values.json_data(text, where)
+    if not isinstance(data, dict):
+        raise BundleError(f"{where}: must be a JSON object", REBUILD)
+    if data.get("format") != FORMAT:
+        raise BundleError(f"{where}: format={values.shown(data.get('format'))}: this megaprov reads format {FORMAT}", REBUILD)
+    try:
+        manifest = Manifest.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise BundleError(f"{where}: {loc}: {first['msg']}", REBUILD) from None
+    for name in manifest.files:
+        file_name(name, f"{where}: files")
+    for table, entries in (("apt", manifest.versions.apt), ("wheels", manifest.versions.wheels)):
+        for key, version in entries.items():
+            if not _PART.fullmatch(key) or not _APT_VERSION.fullmatch(version):
+                raise BundleError(f"{where}: versions.{table}: {values.shown(key)}: {values.shown(version)} is not a name and version", REBUILD)
+    for key, git in manifest.versions.git.items():
+        if key not in GIT_NAMES or not _GIT_REF.fullmatch(git.ref):
+            raise BundleError(f"{where}: versions.git: {values.shown(key)} at {values.shown(git.ref)} is not a repository of the roles", REBUILD)
+    return manifest
+
+
+# ---- what the inventory asks for
+
+
+@dataclass(frozen=True)
+class AptGroup:
+    field: str  # the variable that asks for these packages
+    names: tuple[str, ...]
+    source: str = "debian"  # debian (the distribution's archive) or nvidia (NVIDIA's CUDA repository)
+    version: str = ""  # '' for any, an exact version, or a pin pattern (580.*)
+
+
+@dataclass(frozen=True)
+class WheelGroup:
+    field: str
+    requirements: tuple[str, ...]
+    index: str = "pypi"  # pytorch: pytorch_index_url, then PyPI
+
+
+@dataclass(frozen=True)
+class GitRepo:
+    name: str
+    url: str
+    ref: str
+    field: str
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What the inventory's bootstrap fetches, the union over its hosts."""
+
+    apt: tuple[AptGroup, ...] = ()
+    wheels: tuple[WheelGroup, ...] = ()
+    git: tuple[GitRepo, ...] = ()
+    debian_mirror: str = ""
+    nvidia_repo_url: str = ""
+    nvidia_keyring_url: str = ""
+    nvidia_keyring: str = ""
+    nvidia_pin_packages: tuple[str, ...] = ()
+    nvidia_pin: str = ""
+    pytorch_source: str = "index"
+    pytorch_index_url: str = ""
+    torch_build: str = ""  # cpu or cuda: the nodes' torch build ('' without a python stage)
+    python: str = "python3"
+
+    def requirements(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(r for g in self.wheels for r in g.requirements))
+
+
+def _text(value: Any, where: str, pattern: re.Pattern[str] | None = None, empty: bool = False) -> str:
+    if not isinstance(value, str) or (not value and not empty) or (value and pattern is not None and not pattern.fullmatch(value)):
+        raise UsageError(f"{where}={values.shown(value)} is not a value a bundle can carry", f"fix {where.split(' ')[0]} in the inventory")
+    return values.text(value, where)
+
+
+def _url(value: Any, where: str, schemes: tuple[str, ...] = _URL_SCHEMES, empty: bool = False) -> str:
+    text = _text(value, where, empty=empty)
+    if text and (urllib.parse.urlsplit(text).scheme not in schemes or text.startswith("-") or any(c.isspace() for c in text)):
+        raise UsageError(f"{where}={values.shown(text)} is not a {', '.join(schemes)} URL", f"set {where.split(' ')[0]} to the source's URL")
+    return text
+
+
+def parse_contents(answers: Iterable[dict[str, Any]], where: str = "inventory") -> Contents:
+    """The union of every host's answer of bundle_contents.yml, each value typed. Pure.
+
+    Hosts that disagree on something a bundle holds once (a source URL, a git ref, the torch build) are refused:
+    one bundle serves one cluster, whose nodes install the same versions."""
+    apt: dict[tuple[str, str, str], list[str]] = {}
+    wheels: dict[tuple[str, str], list[str]] = {}
+    git: dict[str, GitRepo] = {}
+    single: dict[str, tuple[str, Any]] = {}
+
+    def once(name: str, value: Any, host: str) -> None:
+        if name in single and single[name][1] != value:
+            raise UsageError(
+                f"{where}: hosts {single[name][0]} and {host} differ in {name} ({values.shown(single[name][1])} vs {values.shown(value)})",
+                "one bundle serves one cluster: give every node the same value, or build one bundle per group",
+            )
+        single.setdefault(name, (host, value))
+
+    for answer in answers:
+        host = _text(answer.get("host"), "host", values.HOST_NAME)
+        for refused in answer.get("refused") or []:
+            raise UsageError(
+                f"{where}: {refused} is set (host {host}): a bundle does not carry that source yet", f"unset {refused} or install it from a mirror"
+            )
+        for group in answer.get("apt") or []:
+            fld = _text(group.get("field"), "field", values.VARIABLE)
+            source = group.get("source") or "debian"
+            if source not in ("debian", "nvidia"):
+                raise UsageError(f"{where}: {fld}: source {values.shown(source)} is unknown", "fix bundle_contents.yml")
+            version = _text(group.get("version") or "", f"{fld} (host {host})", _APT_VERSION, empty=True)
+            names = apt.setdefault((fld, source, version), [])
+            for name in group.get("names") or []:
+                names.append(_text(name, f"{fld} (host {host})", _APT_PACKAGE))
+        for group in answer.get("wheels") or []:
+            fld = _text(group.get("field"), "field", values.VARIABLE)
+            index = group.get("index") or "pypi"
+            reqs = wheels.setdefault((fld, index), [])
+            for req in group.get("requirements") or []:
+                reqs.append(_text(req, f"{fld} (host {host})", _REQUIREMENT))
+        for repo in answer.get("git") or []:
+            name = repo.get("name")
+            if name not in GIT_NAMES:
+                raise UsageError(f"{where}: git repository {values.shown(name)} is not one of the roles'", "fix bundle_contents.yml")
+            fld = _text(repo.get("field"), "field", values.VARIABLE)
+            found = GitRepo(
+                name,
+                _url(repo.get("url"), f"{fld.replace('_version', '_repo')} (host {host})", _GIT_SCHEMES),
+                _text(repo.get("ref"), f"{fld} (host {host})", _GIT_REF),
+                fld,
+            )
+            once(f"{name} remote and ref", (found.url, found.ref), host)
+            git[name] = found
+        sources = answer.get("sources") or {}
+        once("nvidia_driver_debian_mirror", _url(sources.get("debian_mirror"), "nvidia_driver_debian_mirror"), host)
+        for key, var in (("nvidia_repo_url", "nvidia_driver_repo_url"), ("nvidia_keyring_url", "nvidia_driver_keyring_url")):
+            value = _url(sources.get(key), var, empty=True)
+            if value:
+                once(var, value, host)
+        if sources.get("nvidia_pin_packages"):
+            once("nvidia_driver_branch", _text(sources.get("nvidia_pin"), "nvidia_driver_branch", _APT_VERSION), host)
+            once(
+                "nvidia_driver pin",
+                tuple(_text(p, "pin", re.compile(r"^[a-z0-9*][a-z0-9+.*-]{0,63}$")) for p in sources["nvidia_pin_packages"]),
+                host,
+            )
+            once("nvidia_driver keyring", values.absolute_path(sources.get("nvidia_keyring"), "nvidia keyring"), host)
+        if answer.get("wheels"):
+            once("pytorch_source", _text(sources.get("pytorch_source"), "pytorch_source", re.compile(r"^(index|wheelhouse)$")), host)
+            once("pytorch_index_url", _url(sources.get("pytorch_index_url"), "pytorch_index_url", empty=True), host)
+            once("pytorch_build", "cpu" if sources.get("pytorch_cpu") is True else "cuda", host)
+            once("pytorch_python", _text(sources.get("python"), "pytorch_python", re.compile(r"^[A-Za-z0-9/._-]{1,200}$")), host)
+    for (fld, _index), reqs in wheels.items():
+        pins = {_canonical(r.split("==")[0]): r for r in reqs if "==" in r}
+        for req in reqs:
+            name = _canonical(re.split(r"[\[=<>!~]", req)[0])
+            if name in pins and pins[name] != req:
+                first, second = sorted((pins[name], req))
+                raise UsageError(f"{where}: {fld} asks for {first} and {second} on different hosts", "one bundle serves one cluster: pin one version")
+
+    def got(name: str) -> Any:
+        return single[name][1] if name in single else None
+
+    pin = got("nvidia_driver pin") or ()
+    return Contents(
+        apt=tuple(AptGroup(f, tuple(dict.fromkeys(n)), s, v) for (f, s, v), n in apt.items() if n),
+        wheels=tuple(WheelGroup(f, tuple(dict.fromkeys(r)), i) for (f, i), r in wheels.items() if r),
+        git=tuple(git[n] for n in GIT_NAMES if n in git),
+        debian_mirror=got("nvidia_driver_debian_mirror") or "",
+        nvidia_repo_url=got("nvidia_driver_repo_url") or "",
+        nvidia_keyring_url=got("nvidia_driver_keyring_url") or "",
+        nvidia_keyring=got("nvidia_driver keyring") or "",
+        nvidia_pin_packages=tuple(pin),
+        nvidia_pin=got("nvidia_driver_branch") or "",
+        pytorch_source=got("pytorch_source") or "index",
+        pytorch_index_url=got("pytorch_index_url") or "",
+        torch_build=got("pytorch_build") or "",
+        python=got("pytorch_python") or "python3",
+    )
+
+
+def bundle_facts(dist: Distribution, arch: str) -> dict[str, str]:
+    """The facts bundle_contents.yml gives every host: a fresh node of ``dist`` on ``arch``. Pure."""
+    if arch not in ARCHES:
+        raise UsageError(f"--arch {values.shown(arch)} is not an architecture a bundle can be built for", "use " + " or ".join(ARCHES))
+    return {
+        "distribution": dist.name,
+        "os_family": "Debian",
+        "version": dist.version,
+        "codename": dist.codename,
+        "architecture": ARCHES[arch],
+        "kernel": dist.kernels[arch],
+    }
+
+
+def resolve(inventory: Path, dist: Distribution, arch: str, progress: Progress = _quiet) -> Contents:
+    """Run bundle_contents.yml through the runner on this machine (no host is contacted) and type its answers."""
+    from megaprov import paths
+    from megaprov.cluster import inventory as inv
+    from megaprov.cluster import runner
+    from megaprov.errors import RunFailed
+
+    loaded = inv.load(inventory, paths.roles_dir(), defaults=paths.cluster_defaults())
+    progress(f"resolving what {loaded.path} fetches for {dist.key} {arch}")
+    private = runner.new_private_dir(paths.state_dir(), "bundle")
+    spec = runner.RunSpec(
+        playbook=paths.playbook("bundle_contents.yml"),
+        inventories=(loaded.path,),
+        private_data_dir=private,
+        collections_root=paths.collections_root(),
+        fact_cache_dir=private / "facts",  # never the inventory's own fact cache: these facts are made up
+        options=runner.RunOptions(tags=("always",), extravars={"bundle_facts": bundle_facts(dist, arch)}),
+    )
+    result = runner.run(spec, collect=("ansible.builtin.debug",))
+    if not result.ok:
+        first = result.failures[0].message if result.failures else result.error_line or f"status {result.status}"
+        raise RunFailed(f"could not evaluate what {loaded.path} fetches: {first}", f"see {result.artifacts}/stdout")
+    answers = [r.res["msg"] for r in result.results if isinstance(r.res.get("msg"), dict) and "apt" in r.res["msg"]]
+    return parse_contents(answers, str(loaded.path))
+
+
+# ---- verification
+
+
+@dataclass
+class Verified:
+    directory: str
+    files: int
+    bytes: int
+    seconds: float
+    manifest: Manifest = field(repr=False)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_manifest(directory: Path) -> Manifest:
+    where = f"{directory}/{MANIFEST}"
+    path = directory / MANIFEST
+    if not directory.is_dir():
+        raise BundleError(f"bundle {directory}: no such directory", "give the directory `megaprov bundle build --output` wrote")
+    if path.is_symlink() or not path.is_file():
+        raise BundleError(f"{where}: missing or not a plain file", "give the directory `megaprov bundle build --output` wrote")
+    text = values.decode_utf8(values.read_bytes(path, "bundle manifest", MAX_MANIFEST_BYTES), where)
+    return parse_manifest(text, where)
+
+
+def walk(directory: Path) -> dict[str, os.stat_result]:
+    """Every file under ``directory`` by its relative name; a link or a special file is an error (a bundle holds plain
+    files only, so nothing in it can point out of it)."""
+    found: dict[str, os.stat_result] = {}
+    for top, dirs, files in os.walk(directory, followlinks=False):
+        for name in [*dirs, *files]:
+            path = Path(top) / name
+            info = path.lstat()
+            rel = path.relative_to(directory).as_posix()
+            if stat.S_ISLNK(info.st_mode):
+                raise BundleError(f"bundle {directory}: {values.shown(rel)} is a link", f"a bundle holds plain files only: remove it, or {REBUILD}")
+            if stat.S_ISREG(info.st_mode):
+                found[rel] = info
+                if len(found) > MAX_FILES + 1:
+                    raise BundleError(f"bundle {directory}: more than {MAX_FILES:,} files", REBUILD)
+            elif not stat.S_ISDIR(info.st_mode):
+                raise BundleError(f"bundle {directory}: {values.shown(rel)} is not a plain file", f"remove it, or {REBUILD}")
+    return found
+
+
+def check_files(directory: Path, manifest: Manifest, found: dict[str, os.stat_result]) -> list[str]:
+    """Problems of the files against the manifest, one line each, the cheap ones (missing, extra, size) first."""
+    problems: list[str] = []
+    listed = set(manifest.files)
+    on_disk = set(found) - {MANIFEST}
+    problems += [f"{name}: listed in the manifest but missing" for name in sorted(listed - on_disk)]
+    problems += [f"{values.shown(name)}: not in the manifest (an extra file)" for name in sorted(on_disk - listed)]
+    for name in sorted(listed & on_disk):
+        if found[name].st_size != manifest.files[name].size:
+            problems.append(f"{name}: {found[name].st_size:,} bytes, the manifest says {manifest.files[name].size:,}")
+    if problems:
+        return problems
+    for name in sorted(listed):
+        if _sha256(directory / name) != manifest.files[name].sha256:
+            problems.append(f"{name}: sha256 differs from the manifest's")
+    return problems
+
+
+def apt_index(directory: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Package -> (version, what it provides) from the bundle's apt/Packages.gz (checked against the manifest first)."""
+    path = directory / "apt" / "Packages.gz"
+    if not path.is_file():
+        return {}
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for stanza in gzip.decompress(path.read_bytes()).decode("utf-8", "replace").split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
+        if "Package" in fields:
+            provides = tuple(p.strip().split(" ")[0] for p in fields.get("Provides", "").split(",") if p.strip())
+            out[fields["Package"]] = (fields.get("Version", ""), provides)
+    return out
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _base(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def check_versions(manifest: Manifest, contents: Contents, provided: Iterable[str] = ()) -> list[str]:
+    """What the inventory asks for that the manifest's versions do not have, one line naming the variable each. Pure."""
+    problems: list[str] = []
+    have = manifest.versions
+    virtual = set(provided)
+    for group in contents.apt:
+        for name in group.names:
+            if name not in have.apt and name not in virtual:
+                problems.append(f"{group.field}: the bundle has no apt package {name}")
+            elif group.version and name in have.apt and not fnmatch.fnmatchcase(have.apt[name], group.version):
+                problems.append(f"{group.field}: the inventory asks for {name} {group.version}, the bundle has {have.apt[name]}")
+    wheels = {_canonical(k): v for k, v in have.wheels.items()}
+    for wgroup in contents.wheels:
+        for req in wgroup.requirements:
+            name, _, pinned = req.partition("==")
+            key = _canonical(re.split(r"[\[<>!~=]", name)[0])
+            if key not in wheels:
+                problems.append(f"{wgroup.field}: the bundle has no wheel of {key}")
+            elif pinned and wheels[key] != pinned and (("+" in pinned) or _base(wheels[key]) != pinned):
+                problems.append(f"{wgroup.field}={pinned}: the bundle has {key} {wheels[key]}")
+    torch = wheels.get("torch", "")
+    if torch and contents.torch_build:
+        local = torch.partition("+")[2]
+        if contents.torch_build == "cpu" and local and local != "cpu":
+            problems.append(f"pytorch_build: the nodes need torch's CPU build, the bundle has torch {torch}")
+        if contents.torch_build == "cuda" and local == "cpu":
+            problems.append(f"pytorch_build: the nodes have GPUs, the bundle has torch {torch} (the CPU build)")
+    for repo in contents.git:
+        got = have.git.get(repo.name)
+        if got is None:
+            problems.append(f"{repo.field}: the bundle has no {repo.name} repository")
+        elif got.ref != repo.ref:
+            problems.append(f"{repo.field}={repo.ref}: the bundle has {repo.name} at {got.ref}")
+    return problems
+
+
+def _refusal(error: BundleError, problems: list[str], shown: int = 20) -> BundleError:
+    """The first problem is the error's line; the next ones are its details, at most ``shown`` lines in all."""
+    error.details = problems[1:shown]
+    if len(problems) > shown:
+        error.details[-1] = f"... and {len(problems) - shown + 1} more"
+    return error
+
+
+def verify(directory: Path, inventory: Path | None = None, contents: Contents | None = None) -> Verified:
+    """Every file against the manifest, then (with an inventory) the versions against what it asks for.
+
+    Raises :class:`BundleError` with the first problem as its line and the others as details."""
+    began = time.monotonic()
+    manifest = read_manifest(directory)
+    found = walk(directory)
+    problems = check_files(directory, manifest, found)
+    names = {n.split("/")[1] for n in manifest.files if n.startswith("wheels/")}
+    for key, version in manifest.versions.wheels.items():
+        if not any(_canonical(n.split("-")[0]) == _canonical(key) and n.split("-")[1] == version for n in names):
+            problems.append(f"versions.wheels: {key} {version} has no wheel in wheels/")
+    for key in manifest.versions.git:
+        if f"git/{key}.git/HEAD" not in manifest.files:
+            problems.append(f"versions.git: {key} has no repository git/{key}.git")
+    if not problems and (inventory is not None or contents is not None):
+        if contents is None:
+            assert inventory is not None
+            dist = distribution(f"{manifest.distribution.id}-{manifest.distribution.version}")
+            contents = resolve(inventory, dist, manifest.arch)
+        provided = {p for _, provides in apt_index(directory).values() for p in provides}
+        problems = check_versions(manifest, contents, provided)
+        if problems:
+            raise _refusal(BundleError(f"bundle {directory} does not match {inventory or 'the inventory'}: {problems[0]}", REBUILD), problems)
+    if problems:
+        raise _refusal(BundleError(f"bundle {directory}: {problems[0]}", f"the bundle was changed or is incomplete: {REBUILD}"), problems)
+    size = sum(entry.size for entry in manifest.files.values())
+    return Verified(str(directory), len(manifest.files), size, round(time.monotonic() - began, 2), manifest)
+
+
+# ---- building
+
+
+@dataclass
+class Built:
+    directory: str
+    files: int
+    bytes: int
+    seconds: dict[str, float]  # per part: resolve, apt, wheels, git, manifest
+    apt: int
+    wheels: int
+    git: list[str]
+
+
+def _run(argv: list[str], what: str, hint: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 3600) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise EnvironmentProblem(f"{what}: {argv[0]} is not installed", hint) from None
+    except subprocess.TimeoutExpired:
+        raise EnvironmentProblem(f"{what}: {argv[0]} did not finish within {timeout:.0f}s", hint) from None
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip() and not line.startswith(("W:", "warning:", "N:"))]
+        errors = [line for line in lines if line.startswith(("E:", "fatal:", "error:"))] or lines or [f"exit {proc.returncode}"]
+        raise EnvironmentProblem(f"{what}: {values.printable(errors[0])[:300]}", hint)
+    return proc.stdout
+
+
+def apt_sources(dist: Distribution, arch: str, mirror: str, security: str, nvidia_url: str, nvidia_keyring: str) -> str:
+    """The private root's sources.list. Pure."""
+    parts = " ".join(dist.components)
+    lines = [f"deb [arch={arch} signed-by={dist.keyring}] {mirror} {suite} {parts}" for suite in (dist.codename, f"{dist.codename}-updates")]
+    if security:
+        lines.append(f"deb [arch={arch} signed-by={dist.keyring}] {security} {dist.codename}-security {parts}")
+    if nvidia_url:
+        lines.append(f"deb [arch={arch} signed-by={nvidia_keyring}] {nvidia_url} /")
+    # apt uses a file: repository's packages in place; copy: puts them into the download directory like http does.
+    return "\n".join(re.sub(r" file:", " copy:", line) for line in lines) + "\n"
+
+
+def apt_config(root: Path, archives: Path, arch: str) -> str:
+    """apt.conf of the private root: its own state, an empty dpkg status, downloads into ``archives``. Pure."""
+    user = getpass.getuser()
+    return (
+        f'Dir "{root}/";\n'
+        f'Dir::State::status "{root}/var/lib/dpkg/status";\n'
+        f'Dir::Cache::archives "{archives}/";\n'
+        f'Dir::Etc::TrustedParts "{root}/etc/apt/trusted.gpg.d/";\n'
+        f'Dir::Etc::Trusted "{root}/etc/apt/trusted.gpg";\n'
+        f'APT::Architecture "{arch}";\n'
+        f'APT::Architectures {{ "{arch}"; }};\n'
+        'APT::Install-Recommends "false";\n'
+        'APT::Install-Suggests "false";\n'
+        'Acquire::Languages "none";\n'
+        'Acquire::Retries "3";\n'
+        f'APT::Sandbox::User "{user}";\n'
+        'Debug::NoLocking "true";\n'
+    )
+
+
+def apt_request(contents: Contents) -> list[str]:
+    """The apt-get install arguments: names, with =VERSION where a group asks for an exact one. Pure."""
+    out: dict[str, None] = {}
+    for group in contents.apt:
+        exact = group.version and not any(c in group.version for c in "*?[")
+        for name in group.names:
+            out[f"{name}={group.version}" if exact else name] = None
+    return list(out)
+
+
+def _fetch(url: str, dest: Path, limit: int) -> None:
+    try:
+        with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310 (http, https or file, checked by _url)
+            data = response.read(limit + 1)
+    except (OSError, ValueError) as exc:
+        raise EnvironmentProblem(f"could not fetch {url}: {exc}", "check the network, or point the variable at a reachable mirror") from None
+    if len(data) > limit:
+        raise EnvironmentProblem(f"{url} is larger than {limit:,} bytes", "point the variable at the right file")
+    dest.write_bytes(data)
+
+
+def _keyring_from_deb(deb: Path, member: str, dest: Path) -> None:
+    """The keyring file ``member`` (an absolute path) out of the keyring package, as the node's dpkg installs it."""
+    proc = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise EnvironmentProblem(
+            f"{deb.name}: not a Debian package ({proc.stderr.decode(errors='replace').strip()[:200]})", "check nvidia_driver_keyring_url"
+        )
+    import io
+
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as archive:
+        for entry in archive.getmembers():
+            if entry.isfile() and entry.name.lstrip("./") == member.lstrip("/"):
+                handle = archive.extractfile(entry)
+                if handle is not None:
+                    dest.write_bytes(handle.read())
+                    return
+    raise EnvironmentProblem(f"{deb.name} holds no {member}", "check nvidia_driver_keyring_url: it must be NVIDIA's cuda-keyring package")
+
+
+def build_apt(contents: Contents, dist: Distribution, arch: str, out: Path, work: Path, security: str, progress: Progress = _quiet) -> None:
+    """The apt closure of ``contents`` for a fresh node into ``out`` (*.deb + Packages.gz)."""
+    if not Path(dist.keyring).is_file():
+        raise EnvironmentProblem(
+            f"{dist.keyring} is missing: apt cannot check {dist.id}'s archive",
+            f"apt-get install {dist.id}-archive-keyring" if dist.id == "debian" else "apt-get install ubuntu-keyring",
+        )
+    root = work / "aptroot"
+    for sub in (
+        "etc/apt/apt.conf.d",
+        "etc/apt/preferences.d",
+        "etc/apt/sources.list.d",
+        "etc/apt/trusted.gpg.d",
+        "var/lib/apt/lists/partial",
+        "var/lib/dpkg",
+        "var/cache/apt",
+    ):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "var/lib/dpkg/status").write_text("")
+    (out / "partial").mkdir(parents=True, exist_ok=True)
+    keyring = ""
+    if contents.nvidia_repo_url or contents.nvidia_keyring_url:
+        if not contents.nvidia_keyring_url:
+            raise UsageError("nvidia_driver_keyring_url is empty but NVIDIA's repository is used", "set it to the repository's cuda-keyring package")
+        name = contents.nvidia_keyring_url.rstrip("/").rsplit("/", 1)[-1]
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+~-]*\.deb", name):
+            raise UsageError(
+                f"nvidia_driver_keyring_url={values.shown(contents.nvidia_keyring_url)} does not name a .deb", "point it at the cuda-keyring package"
+            )
+        progress(f"apt: NVIDIA's keyring package {contents.nvidia_keyring_url}")
+        _fetch(contents.nvidia_keyring_url, out / name, MAX_KEYRING_DEB_BYTES)
+        keyring = str(root / "etc/apt/cuda-archive-keyring.gpg")
+        _keyring_from_deb(out / name, contents.nvidia_keyring, Path(keyring))
+    mirror = contents.debian_mirror if dist.id == "debian" and contents.debian_mirror else dist.mirror
+    (root / "etc/apt/sources.list").write_text(apt_sources(dist, arch, mirror, security, contents.nvidia_repo_url, keyring))
+    if contents.nvidia_pin_packages:  # the nvidia_driver role's preference: the branch's driver, whatever is newer
+        (root / "etc/apt/preferences.d/megaprov-nvidia-driver").write_text(
+            f"Package: {' '.join(contents.nvidia_pin_packages)}\nPin: version {contents.nvidia_pin}\nPin-Priority: 1001\n"
+        )
+    (root / "etc/apt/apt.conf").write_text(apt_config(root, out, arch))
+    env = {**os.environ, "APT_CONFIG": str(root / "etc/apt/apt.conf"), "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+    hint = "check the network and the apt sources (nvidia_driver_debian_mirror, nvidia_driver_repo_url)"
+    progress(f"apt: package lists of {mirror} ({dist.codename})" + (f" and {contents.nvidia_repo_url}" if contents.nvidia_repo_url else ""))
+    _run(["apt-get", "-q", "update"], "apt-get update", hint, env)
+    request = apt_request(contents)
+    progress(f"apt: resolving and downloading {len(request)} package(s) and their dependencies")
+    try:
+        _run(["apt-get", "-q", "-y", "install", "--download-only", "--no-install-recommends", *request], "apt-get install --download-only", hint, env)
+    except EnvironmentProblem as exc:
+        missing = re.search(r"(?:Unable to locate package|Package '?)([a-z0-9][a-z0-9+.-]*)", exc.message)
+        group = next((g for g in contents.apt if missing and missing.group(1) in g.names), None)
+        if group is not None and missing is not None:
+            where = "NVIDIA's repository" if group.source == "nvidia" else f"{dist.id} {dist.codename}"
+            raise UsageError(
+                f"{group.field}: {where} has no package {missing.group(1)} ({exc.message})", f"fix {group.field} in the inventory"
+            ) from None
+        raise
+    shutil.rmtree(out / "partial", ignore_errors=True)
+    (out / "lock").unlink(missing_ok=True)
+    progress("apt: Packages.gz")
+    text = _run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], "dpkg-scanpackages", "apt-get install dpkg-dev", cwd=out)
+    (out / "Packages.gz").write_bytes(gzip.compress(text.encode(), mtime=0))
+
+
+def build_wheels(contents: Contents, dist: Distribution, arch: str, out: Path, progress: Progress = _quiet) -> None:
+    """The wheels of the training environment for the nodes' Python, through the lab's wheelhouse builder."""
+    from megaprov.cluster import wheelhouse
+
+    requirements = contents.requirements()
+    if not requirements:
+        return
+    if arch != "amd64":
+        raise UsageError(
+            f"--arch {arch}: wheels are downloaded for x86_64 only (megaprov.cluster.wheelhouse.PLATFORMS)", "build the bundle for amd64"
+        )
+    index = contents.pytorch_index_url if contents.pytorch_source == "index" else None
+    progress(f"wheels: {' '.join(requirements)} for CPython {dist.python}" + (f" (torch from {index})" if index else ""))
+    found = wheelhouse.build(requirements, python_version=dist.python, index_url=index, cpu_only=contents.torch_build == "cpu")
+    out.mkdir(parents=True, exist_ok=True)
+    for wheel in sorted(found.glob("*.whl")):
+        shutil.copyfile(wheel, out / wheel.name)
+
+
+def build_git(contents: Contents, out: Path, progress: Progress = _quiet) -> dict[str, GitVersion]:
+    """A bare mirror of each role's remote; the pinned ref must be in it."""
+    versions: dict[str, GitVersion] = {}
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
+    for repo in contents.git:
+        dest = out / f"{repo.name}.git"
+        var = repo.field.replace("_version", "_repo")
+        progress(f"git: {repo.name} from {repo.url} ({repo.ref})")
+        local = ["--no-local"] if urllib.parse.urlsplit(repo.url).scheme in ("", "file") else []
+        _run(
+            ["git", "-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=60", "clone", "--quiet", "--mirror", *local, "--", repo.url, str(dest)],
+            f"git clone {var}={repo.url}",
+            f"check the network, or point {var} at a reachable mirror",
+            env,
+        )
+        try:
+            commit = _run(["git", "-C", str(dest), "rev-parse", "--verify", "--quiet", f"{repo.ref}^{{commit}}"], "git rev-parse", "", env).strip()
+        except EnvironmentProblem:
+            raise UsageError(
+                f"{repo.field}={repo.ref}: {var}={repo.url} has no such tag or branch", f"set {repo.field} to a ref of the remote"
+            ) from None
+        shutil.rmtree(dest / "hooks", ignore_errors=True)  # sample hooks only; nothing runs them in a served mirror
+        versions[repo.name] = GitVersion(ref=repo.ref, commit=commit)
+    return versions
+
+
+def _wheel_versions(directory: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for wheel in sorted(directory.glob("*.whl")):
+        parts = wheel.name.split("-")
+        out[_canonical(parts[0])] = parts[1]
+    return out
+
+
+def make_manifest(directory: Path, dist: Distribution, arch: str, git: dict[str, GitVersion]) -> Manifest:
+    """Hash every file under ``directory`` and record the versions; the manifest is not written. Pure but for reading."""
+    from megaprov import __version__
+
+    files = {}
+    for name in sorted(walk(directory)):
+        if name == MANIFEST:
+            continue
+        file_name(name, "bundle")
+        path = directory / name
+        files[name] = FileEntry(sha256=_sha256(path), size=path.stat().st_size)
+    apt = {name: version for name, (version, _) in sorted(apt_index(directory).items())}
+    return Manifest(
+        format=FORMAT,
+        created=datetime.now(UTC).replace(microsecond=0),
+        megaprov=__version__,
+        distribution=DistributionId(id=dist.id, version=dist.version, codename=dist.codename),
+        arch=arch,  # type: ignore[arg-type]  # checked by bundle_facts
+        python=dist.python,
+        files=files,
+        versions=Versions(apt=apt, wheels=_wheel_versions(directory / "wheels"), git=git),
+    )
+
+
+def manifest_json(manifest: Manifest) -> str:
+    return json.dumps(manifest.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+
+
+def _output_dir(output: Path) -> None:
+    if output.is_symlink() or (output.exists() and (not output.is_dir() or any(output.iterdir()))):
+        raise UsageError(f"--output {output} exists and is not an empty directory", "give a new directory (a bundle is never written over another)")
+    if not output.parent.is_dir():
+        raise UsageError(f"--output {output}: {output.parent} does not exist", "create the parent directory first")
+
+
+def collect(
+    contents: Contents, output: Path, dist: Distribution, arch: str = "amd64", security: str | None = None, progress: Progress = _quiet
+) -> Built:
+    """Collect ``contents`` into ``output`` (a new directory) with its manifest, and verify it. A failed build leaves
+    nothing: the bundle is made in a temporary sibling and renamed into place."""
+    _output_dir(output)
+    security = dist.security if security is None else security
+    if security:
+        _url(security, "--security-mirror", ("http", "https", "file"))
+    seconds: dict[str, float] = {}
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}-", dir=output.parent))
+    try:
+        work = Path(tempfile.mkdtemp(prefix="megaprov-bundle-"))
+        try:
+            mark = time.monotonic()
+            build_apt(contents, dist, arch, tmp / "apt", work, security, progress)
+            seconds["apt"] = round(time.monotonic() - mark, 1)
+            mark = time.monotonic()
+            build_wheels(contents, dist, arch, tmp / "wheels", progress)
+            seconds["wheels"] = round(time.monotonic() - mark, 1)
+            mark = time.monotonic()
+            git = build_git(contents, tmp / "git", progress)
+            seconds["git"] = round(time.monotonic() - mark, 1)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        mark = time.monotonic()
+        progress("manifest: sha256 of every file")
+        manifest = make_manifest(tmp, dist, arch, git)
+        (tmp / MANIFEST).write_text(manifest_json(manifest))
+        verify(tmp, contents=contents)  # what was built is what was asked for
+        seconds["manifest"] = round(time.monotonic() - mark, 1)
+        tmp.chmod(0o755)
+        if output.exists():
+            output.rmdir()
+        tmp.rename(output)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return Built(
+        directory=str(output),
+        files=len(manifest.files),
+        bytes=sum(f.size for f in manifest.files.values()),
+        seconds=seconds,
+        apt=sum(1 for n in manifest.files if n.endswith(".deb")),
+        wheels=sum(1 for n in manifest.files if n.endswith(".whl")),
+        git=sorted(git),
+    )
+
+
+def build(inventory: Path, output: Path, dist: Distribution, arch: str = "amd64", security: str | None = None, progress: Progress = _quiet) -> Built:
+    """Resolve what the inventory fetches and collect it into ``output``."""
+    _output_dir(output)  # before the minute of resolving
+    began = time.monotonic()
+    contents = resolve(inventory, dist, arch, progress)
+    resolved = round(time.monotonic() - began, 1)
+    built = collect(contents, output, dist, arch, security, progress)
+    built.seconds = {"resolve": resolved, **built.seconds}
+    return built
+
+
+# ---- bootstrap with a bundle
+
+COPY_HINT = "copy the bundle to the head (rsync -a DIR/ HEAD:/srv/megaprov/bundle/) and set package_cache_bundle: /srv/megaprov/bundle"
+
+
+def cache_role_takes_bundle(roles_dir: Path) -> bool:
+    """Whether the collection's package cache role serves a bundle (its argument specs name package_cache_bundle)."""
+    specs = roles_dir / "package_cache" / "meta" / "argument_specs.yml"
+    return specs.is_file() and "package_cache_bundle:" in specs.read_text(encoding="utf-8")
+
+
+def bootstrap_request(request: Any, directory: Path) -> Any:
+    """``megaprov bootstrap --bundle DIR``: the bundle verified against its manifest and the inventory, then the
+    bootstrap request with the package cache stage on and serving it. Raises before anything is applied."""
+    import dataclasses
+
+    from megaprov import paths
+    from megaprov.cluster import inventory as inv
+
+    verify(directory, request.inventory)
+    if not cache_role_takes_bundle(paths.roles_dir()):
+        raise EnvironmentProblem(
+            f"--bundle {directory}: the bundle matches, but this collection has no package cache stage to serve it (role package_cache)",
+            "install a megaprov whose collection has the package_cache role, or serve the bundle's apt/, wheels/ and git/ from your own mirrors",
+        )
+    loaded = inv.load(request.inventory, paths.roles_dir(), defaults=paths.cluster_defaults())
+    extravars = dict(request.options.extravars)
+    on_head = extravars.get("package_cache_bundle") or loaded.host_var(loaded.head, "package_cache_bundle")
+    if not on_head:
+        # The copy onto the head is not megaprov's yet: the operator puts it there and names it.
+        raise UsageError(f"--bundle {directory}: package_cache_bundle (the bundle's directory on the head {loaded.head}) is not set", COPY_HINT)
+    extravars.update({"megaprov_package_cache": True, "package_cache_bundle": values.absolute_path(on_head, "package_cache_bundle")})
+    return dataclasses.replace(request, options=dataclasses.replace(request.options, extravars=extravars))
