@@ -36,7 +36,11 @@ def train(checkout: Path, job: str, inventory: str) -> tuple[float, dict]:
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(checkout)}
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "megaprov", "train", "--job", job, "-i", inventory, "--output", "json"], cwd=checkout, capture_output=True, text=True, env=env
+        [sys.executable, "-m", "megaprov", "train", "--job", job, "-i", inventory, "--output", "json"],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     seconds = time.monotonic() - start
     doc = json.loads(proc.stdout) if proc.stdout.startswith("{") else {}
