@@ -29,10 +29,14 @@ def root() -> Path:
     return ROOT
 
 
-# The suite's parallel parts (scripts/test.sh runs `pytest -n N --dist loadgroup`): the lab integration tests share one
-# bootstrapped lab and run in order on one worker; the Molecule scenarios, each with its own containers and network,
-# run on two further workers, split by how long each took in a full run (seconds; a new scenario counts 150 until
-# measured); the unit, CLI and static tests fill whichever worker is free.
+# The suite's parallel parts (scripts/test.sh runs one pytest process per part, side by side; `--part` selects):
+#   lab         the lab integration tests, in order, sharing one bootstrapped lab;
+#   molecule-1, molecule-2
+#               the Molecule scenarios (each with its own containers and network), split by how long each took in a
+#               full run (seconds; a new scenario counts 150 until measured);
+#   quick       everything else: unit, CLI and static tests.
+# (pytest-xdist's --dist loadgroup would do this in one session, but with pytest 9.2 its groups no longer take effect:
+# it renames items through Item._nodeid, which pytest 9.2 no longer reads.)
 MOLECULE_SECONDS = {
     "slurm": 317,
     "nvidia_driver": 229,
@@ -46,10 +50,11 @@ MOLECULE_SECONDS = {
     "preflight": 38,
 }
 MOLECULE_GROUPS = 2
+PARTS = ("lab", *(f"molecule-{i + 1}" for i in range(MOLECULE_GROUPS)), "quick")
 
 
 def molecule_groups(scenarios: list[str]) -> dict[str, str]:
-    """Scenario -> xdist group: longest first onto the group with the least time so far. Pure."""
+    """Scenario -> part: longest first onto the part with the least time so far. Pure."""
     load = [0.0] * MOLECULE_GROUPS
     out = {}
     for scenario in sorted(scenarios, key=lambda s: (-MOLECULE_SECONDS.get(s, 150), s)):
@@ -60,19 +65,41 @@ def molecule_groups(scenarios: list[str]) -> dict[str, str]:
 
 
 def part_of(nodeid: str) -> str:
-    """The part of the suite a test belongs to, for the time-per-part summary: unit, cli, static, molecule, integration."""
+    """The folder under tests/ a test belongs to, for the time-per-part summary: unit, cli, static, molecule, integration."""
     parts = nodeid.split("/")
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--part",
+        action="append",
+        default=[],
+        choices=PARTS,
+        help="run only this part of the suite (repeatable; scripts/test.sh runs them side by side)",
+    )
+
+
+def suite_part(item, groups: dict[str, str]) -> str:
+    if part_of(item.nodeid) == "integration":
+        return "lab"
+    if getattr(item, "originalname", "") == "test_molecule_scenario":
+        return groups[item.callspec.params["scenario"]]
+    return "quick"
+
+
 def pytest_collection_modifyitems(config, items):
-    scenario = {item: item.callspec.params["scenario"] for item in items if getattr(item, "originalname", "") == "test_molecule_scenario"}
-    groups = molecule_groups(list(scenario.values()))
+    wanted = config.getoption("--part")
+    if not wanted:
+        return
+    scenarios = [item.callspec.params["scenario"] for item in items if getattr(item, "originalname", "") == "test_molecule_scenario"]
+    groups = molecule_groups(scenarios)
+    keep, drop = [], []
     for item in items:
-        if part_of(item.nodeid) == "integration":
-            item.add_marker(pytest.mark.xdist_group("lab"))
-        elif item in scenario:
-            item.add_marker(pytest.mark.xdist_group(groups[scenario[item]]))
+        (keep if suite_part(item, groups) in wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_terminal_summary(terminalreporter):

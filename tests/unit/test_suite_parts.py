@@ -1,6 +1,11 @@
-"""The suite's parallel parts (tests/conftest.py): Molecule scenarios split evenly, parts named by folder."""
+"""The suite's parallel parts (tests/conftest.py, --part): Molecule scenarios split evenly, every test in one part."""
 
-from tests.conftest import MOLECULE_SECONDS, molecule_groups, part_of
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import MOLECULE_SECONDS, PARTS, ROOT, molecule_groups, part_of
 
 
 def test_the_molecule_scenarios_split_into_two_groups_of_similar_length():
@@ -21,3 +26,30 @@ def test_parts_are_the_folders_under_tests():
     assert part_of("tests/unit/test_x.py::test_y") == "unit"
     assert part_of("tests/integration/test_lab_slurm.py::test_z[a/b]") == "integration"
     assert part_of("conftest.py::x") == "other"
+
+
+def collected(*argv: str) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+@pytest.mark.slow  # five pytest collections
+def test_each_part_collects_its_own_tests_and_the_parts_cover_the_suite():
+    """scripts/test.sh runs `pytest --part P tests` for each part: every Molecule scenario is in exactly one of the two
+    halves, the integration tests are the lab part, the rest quick."""
+    where = ["tests/molecule/test_molecule.py", "tests/integration/test_readme_run.py", "tests/unit/test_suite_parts.py"]
+    everything = collected(*where)
+    by_part = {part: collected("--part", part, *where) for part in PARTS}
+    assert sorted(sum(by_part.values(), [])) == sorted(everything)
+    scenarios = {line.split("[", 1)[1].rstrip("]") for line in everything if "test_molecule_scenario[" in line}
+    for half in ("molecule-1", "molecule-2"):
+        assert by_part[half] and all("test_molecule_scenario[" in line for line in by_part[half])
+    assert {line.split("[", 1)[1].rstrip("]") for line in by_part["molecule-1"] + by_part["molecule-2"]} == scenarios
+    assert by_part["lab"] and all(line.startswith("tests/integration/") for line in by_part["lab"])
+    assert "tests/molecule/test_molecule.py::test_every_role_has_a_scenario" in by_part["quick"]
