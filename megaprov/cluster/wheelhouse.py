@@ -16,9 +16,12 @@ from pathlib import Path
 from megaprov.errors import EnvironmentProblem
 from megaprov.paths import cache_dir, cached_dir
 
-# What the lab's CPU nodes run: torch (CPU build) and megatron-core; torch's CPU wheels come from
+# uv, which the pytorch role installs with pip from the wheelhouse and then installs the rest with
+# (pytorch_installer: uv): the role's pytorch_uv_version, a unit test keeps them equal.
+UV = "uv==0.13.9"
+# What the lab's CPU nodes run: torch (CPU build) and megatron-core, and uv; torch's CPU wheels come from
 # MEGAPROV_TORCH_INDEX (e.g. https://download.pytorch.org/whl/cpu) or pip's configured find-links.
-LAB_REQUIREMENTS = (os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"), "megatron-core==0.16.1", "six", "regex", "einops")
+LAB_REQUIREMENTS = (os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"), "megatron-core==0.16.1", "six", "regex", "einops", UV)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
 
 

@@ -4,6 +4,8 @@ import json
 import shlex
 from pathlib import Path
 
+import yaml
+
 from tests.molecule.inventory import scenario_hosts
 
 testinfra_hosts = list(scenario_hosts().values())  # from Molecule's inventory
@@ -117,3 +119,17 @@ def test_the_model_check_uses_the_arguments_megaprov_renders_for_this_node(host)
     ]
     before = json.loads(old.stdout.splitlines()[-1])
     assert old.rc == 1 and before["transformer_impl"] == "transformer_engine" and before["model"] != "built"
+
+
+def test_uv_installed_the_environment_from_the_wheelhouse(host):
+    """Issue 17: pytorch_installer defaults to uv: the pinned uv, installed with pip from the wheelhouse into its own
+    environment, installed torch, megatron-core and pybind11 (each distribution records its installer), compiling
+    their bytecode as pip does (a module no test imports, torch's model_dump/__main__.py, has its .pyc)."""
+    defaults = Path(__file__).resolve().parents[3] / "ansible_collections/megaprov/cluster/roles/pytorch/defaults/main.yml"
+    version = yaml.safe_load(defaults.read_text())["pytorch_uv_version"]
+    assert host.check_output("/opt/megaprov/uv/bin/uv --version").split()[:2] == ["uv", version]
+    dists = ["torch", "megatron-core", "pybind11", "einops"]
+    script = f"import importlib.metadata as m, json; print(json.dumps({{d: m.distribution(d).read_text('INSTALLER').strip() for d in {dists}}}))"
+    assert json.loads(host.check_output(f'{PY} -c "{script}"')) == dict.fromkeys(dists, "uv")
+    site = host.check_output(f"{PY} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'")
+    assert host.file(f"{site}/torch/utils/model_dump/__pycache__/__main__.cpython-311.pyc").exists
