@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Bootstrap speed on the lab: `lab up` cold and cached, bootstrap first run and idempotent re-run on
-1, 3 and 8 nodes with the default (linear) and the mitogen strategy. Prints figures; asserts nothing
-about time (the machine is noisy): compare the ratios from one run.
+1, 3 and 8 nodes with the default (linear) and the mitogen strategy, and a re-run with --verify (every proof runs
+again). Prints figures, the time per stage and the slowest tasks of each re-run (benchmarks/taskprof.py); asserts
+nothing about time (the machine is noisy): compare the ratios from one run.
 
-    .venv/bin/python benchmarks/bench_bootstrap.py [--cold] [--nodes 1,3,8] [--strategies linear,mitogen]
+    .venv/bin/python benchmarks/bench_bootstrap.py [--cold] [--nodes 1,3,8] [--strategies linear,mitogen] [--lab NAME] [--top N]
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import taskprof  # noqa: E402  (benchmarks/ is not a package)
+
 LAB = "bench"
 
 
@@ -55,7 +59,10 @@ def main() -> int:
     parser.add_argument("--cold", action="store_true", help="also time lab up with no cached image (removes the images)")
     parser.add_argument("--nodes", default="1,3,8")
     parser.add_argument("--strategies", default="linear,mitogen")
+    parser.add_argument("--lab", default=LAB, help="name of the lab this benchmark makes and removes")
+    parser.add_argument("--top", type=int, default=10, help="slowest tasks shown per re-run")
     args = parser.parse_args()
+    lab = args.lab
     counts = [int(n) for n in args.nodes.split(",")]
     strategies = args.strategies.split(",")
     rows: list[tuple[str, float, str]] = []
@@ -65,31 +72,42 @@ def main() -> int:
         rows.append((name, seconds, note))
         print(f"{name:<48}  {seconds:8.1f}  {note}", flush=True)  # as measured: a failure later keeps these
 
-    megaprov("lab", "down", "--name", LAB)
+    def detail(doc: dict) -> None:
+        result = doc["result"]
+        print("    stages: " + ", ".join(f"{s['stage']} {s['seconds']:.0f}s" for s in result.get("stages", [])))
+        proofs = result.get("proofs", [])
+        print(f"    proofs: {sum(p['valid'] for p in proofs)} of {len(proofs)} cached")
+        for line in taskprof.lines(taskprof.profile(taskprof.load(Path(result["artifacts"]))), args.top):
+            print(f"    {line}")
+
+    megaprov("lab", "down", "--name", lab)
     if args.cold:
         podman("rmi", "-f", "localhost/megaprov-node:latest")
         from megaprov.cluster.lab import BASE_IMAGE, image_tag
 
         podman("rmi", "-f", image_tag())
         podman("rmi", "-f", BASE_IMAGE)
-        seconds, _ = megaprov("lab", "up", "--nodes", "3", "--name", LAB)
+        seconds, _ = megaprov("lab", "up", "--nodes", "3", "--name", lab)
         record("lab up --nodes 3 (cold: debootstrap + build)", seconds)
-        megaprov("lab", "down", "--name", LAB)
-    seconds, _ = megaprov("lab", "up", "--nodes", "3", "--name", LAB)
+        megaprov("lab", "down", "--name", lab)
+    seconds, _ = megaprov("lab", "up", "--nodes", "3", "--name", lab)
     record("lab up --nodes 3 (cached image)", seconds)
-    megaprov("lab", "down", "--name", LAB)
+    megaprov("lab", "down", "--name", lab)
 
     rerun: dict[tuple[str, int], float] = {}
     for strategy in strategies:
         for count in counts:
-            _, up = megaprov("lab", "up", "--nodes", str(count), "--name", LAB)
+            _, up = megaprov("lab", "up", "--nodes", str(count), "--name", lab)
             inventory = up["result"]["inventory"]
             first, doc1 = megaprov("bootstrap", inventory, "--strategy", strategy)
             record(f"bootstrap {count} node(s) {strategy}: first run", first, f"changed={doc1['result']['changed']}")
             second, doc2 = megaprov("bootstrap", inventory, "--strategy", strategy)
             record(f"bootstrap {count} node(s) {strategy}: re-run", second, f"changed={doc2['result']['changed']}")
+            detail(doc2)
             rerun[(strategy, count)] = second
-            megaprov("lab", "down", "--name", LAB)
+            third, doc3 = megaprov("bootstrap", inventory, "--strategy", strategy, "--verify")
+            record(f"bootstrap {count} node(s) {strategy}: re-run --verify", third, f"changed={doc3['result']['changed']}")
+            megaprov("lab", "down", "--name", lab)
 
     print()
     for strategy in strategies:
