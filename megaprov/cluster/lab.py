@@ -459,6 +459,9 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         "megaprov_scheduler: slurm\n"
         "slurm_profile: container\n"
         f"slurm_gpus_per_node: {len(LAB_GPU_DEVICES)}\n"
+        "# The head's package cache: every node's apt downloads through it, the wheelhouse is indexed there.\n"
+        "megaprov_package_cache: true\n"
+        f"package_cache_wheelhouse: {LAB_WHEELHOUSE}\n"
         "# This machine sees the nodes' shared directory as the volume's directory.\n"
         f"megaprov_controller_shared_dir: {shared}\n"
     )

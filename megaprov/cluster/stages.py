@@ -5,6 +5,10 @@ from __future__ import annotations
 STAGES: tuple[tuple[str, str], ...] = (
     ("validate", "inventory and variables, on the controller"),
     ("preflight", "facts per node and a verdict against the requirements"),
+    (
+        "cache",
+        "optional (megaprov_package_cache: true): apt-cacher-ng and a wheel index on the head, every node's apt through it; git mirrors later",
+    ),
     ("base", "packages, time sync, /etc/hosts, limits, sysctl"),
     ("ssh_mesh", "cluster user, cluster key, pinned known_hosts, all-pairs SSH check"),
     ("storage", "NFS server (kernel or Ganesha) and the shared directory on every node, N x N write/read check"),
@@ -19,6 +23,11 @@ STAGES: tuple[tuple[str, str], ...] = (
 )
 ROLE_TAGS: tuple[str, ...] = (
     "preflight",
+    "package_cache",
+    "package_cache_install",
+    "package_cache_configure",
+    "package_cache_check",
+    "package_cache_git",
     "common",
     "common_install",
     "common_configure",

@@ -66,6 +66,7 @@ def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
     assert [s["stage"] for s in again["result"]["stages"]] == [
         "validate",
         "preflight",
+        "cache",
         "base",
         "ssh_mesh",
         "storage",

@@ -144,7 +144,8 @@ def test_the_cluster_settings_are_the_megaprov_roles_options():
     for path in [*collection.glob("playbooks/*.yml"), *ROLES.glob("*/*/*.yml"), *ROLES.glob("*/templates/*.j2")]:
         read |= set(re.findall(r"\b(megaprov_[a-z_]+)\b", path.read_text()))
     # local facts (facts.d), a registered result and the extra var megaprov passes
-    local_facts = {"megaprov_preflight", "megaprov_compute", "megaprov_python", "megaprov_fabric", "megaprov_job", "megaprov_job_unit_state"}
+    local_facts = {"megaprov_preflight", "megaprov_compute", "megaprov_python", "megaprov_fabric", "megaprov_cache"}
+    local_facts |= {"megaprov_job", "megaprov_job_unit_state"}
     assert read - local_facts <= set(defaults), sorted(read - local_facts - set(defaults))
 
 

@@ -15,6 +15,8 @@ def test_inventory_puts_the_first_node_in_head_and_all_in_gpu_nodes():
     assert "[gpu_nodes]\nnode1 ansible_host=10.89.0.2\nnode2 ansible_host=10.89.0.3\n" in inventory
     assert "megaprov_gpu_expected: false" in group_vars
     assert "UserKnownHostsFile=/l/known_hosts -o StrictHostKeyChecking=yes" in group_vars
+    # the head's package cache is on, and indexes the wheelhouse every node mounts
+    assert "megaprov_package_cache: true\npackage_cache_wheelhouse: /srv/megaprov/wheelhouse\n" in group_vars
 
 
 def test_the_lab_inventory_passes_validation(tmp_path):
