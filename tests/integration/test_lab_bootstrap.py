@@ -84,7 +84,7 @@ def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
     assert slurm.endswith(", inputs unchanged; --verify re-proves"), slurm
     # Every slow verification proved nothing new: each stands on its recorded proof, and the report shows its result.
     proofs = again["result"]["proofs"]
-    assert {p["name"] for p in proofs} == {"ssh_mesh", "shared_dir", "compute_rate", "munge", "slurm_step"}
+    assert {p["name"] for p in proofs} == {"ssh_mesh", "shared_dir", "compute_rate", "munge", "slurm_step", "torch", "python_stack", "megatron_model"}
     assert [p for p in proofs if not p["valid"]] == []
     assert len(again["result"]["mesh"]) == 6 and all(p["ok"] and p["cached"] for p in again["result"]["mesh"])
     assert len(again["result"]["shared"]) == 9 and all(c["ok"] and c["cached"] for c in again["result"]["shared"])
