@@ -340,6 +340,16 @@ def _cmd_plan(args: argparse.Namespace) -> Outcome:
     return Outcome("plan", jobview.plan_dict(planned))
 
 
+def process_started() -> float | None:
+    """When this process started (epoch seconds, from /proc: its start-up and imports count), or None off Linux."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def _cmd_train(args: argparse.Namespace) -> Outcome:
     import time
 
@@ -365,16 +375,6 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
         raise UsageError(
             f"--name {args.name!r} is not a job name", "use lowercase letters, digits, '.', '_' and '-' (up to 63), starting with a letter or digit"
         )
-def process_started() -> float | None:
-    """When this process started (epoch seconds, from /proc: its start-up and imports count), or None off Linux."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-
-
     spec, text = launch.read(spec_path)
     if args.name:
         spec = spec.model_copy(update={"name": args.name})
