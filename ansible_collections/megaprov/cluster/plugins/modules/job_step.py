@@ -173,7 +173,8 @@ def unpack(data: bytes, dest: str) -> int:
                 continue
             os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
             source = tar.extractfile(info)
-            assert source is not None
+            if source is None:  # members() let only regular files through
+                raise ValueError(f"the job bundle's {info.name!r} has no data")
             tmp = f"{target}.megaprov-tmp"
             with open(tmp, "wb") as out:
                 out.write(source.read())
