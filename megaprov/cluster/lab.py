@@ -484,7 +484,7 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     key = directory / "id_ed25519"
     known_hosts = directory / "known_hosts"
     tag = ensure_image(progress)
-    progress("wheelhouse (torch CPU build, megatron-core) for the nodes")
+    progress("wheelhouse (torch CPU build, megatron-core, uv) for the nodes")
     wheels = wheelhouse.build()
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
