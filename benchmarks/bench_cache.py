@@ -3,10 +3,10 @@
 For each LAB:N it starts the lab (`megaprov lab up --nodes N --name LAB`; the lab turns megaprov_package_cache on),
 runs `megaprov bootstrap INV --tags preflight,cache,base` (base installs the distribution packages on every node,
 through the head's apt-cacher-ng), then reads apt-cacher-ng's log on the head: an `I` line is what the cache fetched
-from the mirror (with the node whose request missed), an `O` line what it sent to a node. Without the cache every node fetches what it was sent, so the sum
-of `O` is what the same bootstrap would download from outside without it. The goal: the `I` sum constant in N.
-Not in the log: what the head downloaded before its cache existed (the cache stage's own packages and the head's apt
-lists), the same in every run.
+from the mirror (with the node whose request missed), an `O` line what it sent to a node. Without the cache every
+node fetches what it was sent, so the sum of `O` is what the same bootstrap would download from outside without it.
+The goal: the `I` sum constant in N. Not in the log: what the head downloaded before its cache existed (the cache
+stage's own packages and the head's apt lists), the same in every run.
 
     MEGAPROV_STATE=/tmp/h3/state python benchmarks/bench_cache.py h3b:1 h3:3 [--keep]
 """
