@@ -471,6 +471,8 @@ OFFLINE_SOURCES: tuple[tuple[str, str, Any], ...] = (
     ("megatron_repo", "megatron_checkout", True),
     ("apex_repo", "apex_enabled", True),
 )
+# What an offline bundle on the head's package cache provides (megaprov bundle build: git/, wheels/).
+BUNDLED_SOURCES = ("nccl_tests_repo", "megatron_repo", "apex_repo", "pytorch_index_url")
 
 
 @functools.lru_cache(maxsize=64)
@@ -543,12 +545,21 @@ def gpu_stack_checks(inventory: Inventory, roles_dir: Path) -> None:
                 "set pytorch_wheelhouse to the directory of wheels on the nodes",
             )
         if as_bool(inventory.host_var(host, "megaprov_offline", False)):
+            # An offline bundle served by the head's package cache carries the git mirrors and the wheels: the roles'
+            # defaults follow the cache's fact there (NVIDIA's apt repository is not among them: its URL is still needed).
+            bundled = BUNDLED_SOURCES if as_bool(var(host, "megaprov_package_cache")) and var(host, "package_cache_bundle") else ()
             unset = [
                 name
                 for name, switch, used in OFFLINE_SOURCES
-                if (as_bool(var(host, switch)) if isinstance(used, bool) else var(host, switch) == used) and inventory.host_var(host, name) is None
+                if (as_bool(var(host, switch)) if isinstance(used, bool) else var(host, switch) == used)
+                and inventory.host_var(host, name) is None
+                and name not in bundled
             ]
-            if var(host, "pytorch_source") != "wheelhouse" and inventory.host_var(host, "pytorch_index_url") is None:
+            if (
+                var(host, "pytorch_source") != "wheelhouse"
+                and inventory.host_var(host, "pytorch_index_url") is None
+                and "pytorch_index_url" not in bundled
+            ):
                 unset.append("pytorch_index_url (or pytorch_source: wheelhouse)")
             if unset:
                 raise InventoryError(

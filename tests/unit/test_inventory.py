@@ -437,3 +437,18 @@ def test_a_vars_directory_has_at_most_max_hosts_entries(tmp_path):
     with pytest.raises(InventoryError) as err:
         inv._dir_vars_files(top)
     assert (err.value.message, err.value.hint) == (f"{top}: more than 10,000 entries", "keep a variables directory to a few files")
+
+
+def test_an_offline_cluster_with_a_bundle_on_the_head_needs_only_nvidias_repository_named(tmp_path):
+    """The bundle served by the package cache carries the git mirrors and the wheels (the roles' defaults follow the
+    cache's fact); NVIDIA's apt repository still needs its mirror."""
+    bundled = "megaprov_offline: true\nmegaprov_package_cache: true\npackage_cache_bundle: /srv/megaprov/bundle\n"
+    with pytest.raises(InventoryError) as err:
+        load(write(tmp_path, GOOD, {"gpu_nodes.yml": bundled}))
+    assert "nvidia_driver_repo_url, nvidia_driver_keyring_url (host" in str(err.value)
+    assert "megatron_repo" not in str(err.value) and "pytorch_index_url" not in str(err.value)
+    mirrors = "nvidia_driver_repo_url: http://mirror/cuda/\nnvidia_driver_keyring_url: http://mirror/cuda/cuda-keyring_1.1-1_all.deb\n"
+    load(write(tmp_path, GOOD, {"gpu_nodes.yml": bundled + mirrors}))
+    # without the cache, the same inventory names every source
+    with pytest.raises(InventoryError, match="megatron_repo"):
+        load(write(tmp_path, GOOD, {"gpu_nodes.yml": bundled.replace("megaprov_package_cache: true", "megaprov_package_cache: false") + mirrors}))
