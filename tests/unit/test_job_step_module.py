@@ -135,24 +135,19 @@ def fake_systemctl(tmp_path: Path, monkeypatch, state: str) -> Path:
     return log
 
 
-def test_the_check_refuses_a_running_job_as_the_users_mistake(tmp_path, capsys, monkeypatch):
-    fake_systemctl(tmp_path, monkeypatch, "active")
+@pytest.mark.parametrize(("state", "refused"), [("active", True), ("activating", True), ("inactive", False), ("failed", False)])
+def test_the_check_refuses_a_running_job_as_the_users_mistake(tmp_path, capsys, monkeypatch, state, refused):
+    fake_systemctl(tmp_path, monkeypatch, state)
     python = tmp_path / "python"
     python.write_text("")
     python.chmod(0o755)
     args = {"step": "check", "name": "j", "python": str(python), "unit": "megaprov-job-j.service", "master_port": 1}
     code, result = modules.run_module(step.main, args, capsys)
-    assert code == 1 and result["usage_error"] and "is running on" in result["msg"] and result["unit_state"] == "active"
-
-
-def test_the_check_passes_an_idle_node(tmp_path, capsys, monkeypatch):
-    fake_systemctl(tmp_path, monkeypatch, "inactive")
-    python = tmp_path / "python"
-    python.write_text("")
-    python.chmod(0o755)
-    args = {"step": "check", "name": "j", "python": str(python), "unit": "megaprov-job-j.service", "master_port": 1}
-    code, result = modules.run_module(step.main, args, capsys)
-    assert code == 0 and not result["changed"] and result["unit_state"] == "inactive"
+    assert result["unit_state"] == state
+    if refused:
+        assert code == 1 and result["usage_error"] and "is running on" in result["msg"]
+    else:
+        assert code == 0 and not result["changed"]
 
 
 def test_start_refuses_a_unit_that_is_not_a_service(capsys):
