@@ -51,6 +51,10 @@ def test_each_reason_a_node_cannot_start_names_its_fix():
     assert len(problems) == 3
     assert "launch.python" in problems[0] and "megaprov bootstrap" in problems[0]
     assert "megaprov job stop j" in problems[1] and "launch.master_port" in problems[2]
+    assert (
+        "job j is running on node1 (megaprov-job-j.service is active)"
+        in step.check_problems("j", "/p", "active", 1, False, "node1", "megaprov-job-j.service")[0]
+    )
     assert step.check_problems("j", "/p", "failed", 1, False, "n") == []  # a failed unit of an earlier attempt restarts
 
 

@@ -127,7 +127,7 @@ def listening(port: int, tables: tuple[str, ...] = ("/proc/net/tcp", "/proc/net/
     return False
 
 
-def check_problems(name: str, python: str, state: str, port: int, port_busy: bool, host: str) -> list[str]:
+def check_problems(name: str, python: str, state: str, port: int, port_busy: bool, host: str, unit: str = "its unit") -> list[str]:
     """The reasons this node cannot start the job, each with its fix (empty when it can). Pure."""
     out = []
     if not python:
@@ -137,7 +137,7 @@ def check_problems(name: str, python: str, state: str, port: int, port_busy: boo
         )
     if state in ACTIVE:
         out.append(
-            f"job {name} is running on {host} (its unit is {state}): it cannot start again while it runs; follow it with "
+            f"job {name} is running on {host} ({unit} is {state}): it cannot start again while it runs; follow it with "
             f"`megaprov job status {name}` and `megaprov job logs {name}`, or stop it first with `megaprov job stop {name}`"
         )
     if port_busy:
@@ -214,7 +214,7 @@ def step_check(module: AnsibleModule) -> None:
         module.fail_json(msg=f"cannot ask systemd for {p['unit']}: {exc.strerror}")
     busy = bool(p["check_port"]) and listening(int(p["master_port"] or 0))
     host = os.uname().nodename
-    problems = check_problems(p["name"], p["python"] if python_ok else "", state, int(p["master_port"] or 0), busy, host)
+    problems = check_problems(p["name"], p["python"] if python_ok else "", state, int(p["master_port"] or 0), busy, host, p["unit"])
     if problems:
         module.fail_json(msg="; ".join(problems), unit_state=state, usage_error=True)
     module.exit_json(changed=False, unit_state=state)
