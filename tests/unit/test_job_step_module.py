@@ -145,11 +145,11 @@ def test_the_check_refuses_a_running_job_as_the_users_mistake(tmp_path, capsys, 
     python = tmp_path / "python"
     python.write_text("")
     python.chmod(0o755)
-    args = {"step": "check", "name": "j", "python": str(python), "unit": "megaprov-job-j.service", "master_port": 1}
+    args = {"step": "check", "name": "j", "python": str(python), "unit": "megaprov-job-j.service", "master_port": 1, "host": "gpu07"}
     code, result = modules.run_module(step.main, args, capsys)
     assert result["unit_state"] == state
-    if refused:
-        assert code == 1 and result["usage_error"] and "is running on" in result["msg"]
+    if refused:  # named by its inventory name, not the kernel's host name
+        assert code == 1 and result["usage_error"] and "job j is running on gpu07 (megaprov-job-j.service is " in result["msg"]
     else:
         assert code == 0 and not result["changed"]
 

@@ -41,6 +41,9 @@ options:
   master_port:
     description: The rendezvous port (O(step=check)).
     type: int
+  host:
+    description: The node's name in the inventory, for messages (the kernel's host name when unset).
+    type: str
   check_port:
     description: Refuse the node when O(master_port) is listening (the node where the ranks meet).
     type: bool
@@ -80,6 +83,7 @@ EXAMPLES = r"""
     python: /opt/megaprov/venv/bin/python
     unit: megaprov-job-gpt-small.service
     master_port: 29500
+    host: "{{ inventory_hostname }}"
     check_port: "{{ inventory_hostname == megaprov_job.hosts[0] }}"
 """
 
@@ -213,7 +217,7 @@ def step_check(module: AnsibleModule) -> None:
     except OSError as exc:
         module.fail_json(msg=f"cannot ask systemd for {p['unit']}: {exc.strerror}")
     busy = bool(p["check_port"]) and listening(int(p["master_port"] or 0))
-    host = os.uname().nodename
+    host = p["host"] or os.uname().nodename
     problems = check_problems(p["name"], p["python"] if python_ok else "", state, int(p["master_port"] or 0), busy, host, p["unit"])
     if problems:
         module.fail_json(msg="; ".join(problems), unit_state=state, usage_error=True)
@@ -300,6 +304,7 @@ def main() -> None:
             "python": {"type": "path"},
             "unit": {"type": "str"},
             "master_port": {"type": "int"},
+            "host": {"type": "str"},
             "check_port": {"type": "bool", "default": False},
             "dir": {"type": "path"},
             "checkpoint_dir": {"type": "path"},
