@@ -365,12 +365,7 @@ def start(
             (staging / "bin").mkdir()
             shutil.copy(PACKAGE_DIR / "training" / "trainer.py", staging / render.LAB_TRAINER_FILE)
         (staging / "logs").mkdir()
-        bundle = Path(staging_dir + ".tar.gz")
-        try:
-            _bundle(staging, bundle)
-            data = bundle.read_bytes()
-        finally:
-            bundle.unlink(missing_ok=True)
+        data = _bundle(staging)
         if len(data) > BUNDLE_MAX:
             raise UsageError(
                 f"the job's files are {len(data) >> 20} MiB packed (more than {BUNDLE_MAX >> 20} MiB)", "keep data and checkpoints out of the job"
@@ -404,8 +399,10 @@ def submit_host(found: inv.Inventory) -> str:
 BUNDLE_MAX = 8 * 1024 * 1024
 
 
-def _bundle(directory: Path, target: Path) -> None:
-    """One archive of the job's files (one transfer instead of one per file); modes 0755/0644, owner set on unpack."""
+def _bundle(directory: Path) -> bytes:
+    """One gzip tar of the job's files, in memory (it travels inside the module call that unpacks it); modes
+    0755/0644, owner set on unpack."""
+    import io
     import tarfile
 
     def normal(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -414,9 +411,11 @@ def _bundle(directory: Path, target: Path) -> None:
         info.uname = info.gname = ""
         return info
 
-    with tarfile.open(target, "w:gz") as tar:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for path in sorted(directory.rglob("*")):
             tar.add(path, arcname=str(path.relative_to(directory)), recursive=False, filter=normal)
+    return buffer.getvalue()
 
 
 def stop(job: Job, quiet: bool) -> None:

@@ -157,3 +157,17 @@ def test_the_check_refuses_a_running_job_as_the_users_mistake(tmp_path, capsys, 
 def test_start_refuses_a_unit_that_is_not_a_service(capsys):
     code, result = modules.run_module(step.main, {"step": "start", "name": "j", "unit": "../../etc/x.service", "content": "x"}, capsys)
     assert code == 1 and "not a service name" in result["msg"]
+
+
+def test_what_megaprov_train_packs_is_what_the_module_unpacks(tmp_path):
+    from megaprov.training import jobs
+
+    staging = tmp_path / "staging"
+    (staging / "launch").mkdir(parents=True)
+    (staging / "launch" / "node1.sh").write_text("#!/bin/bash\ntorchrun\n")
+    (staging / "logs").mkdir()
+    (staging / "spec.yml").write_text("name: j\n")
+    dest = tmp_path / "job"
+    dest.mkdir()
+    assert step.unpack(jobs._bundle(staging), str(dest)) == 2
+    assert (dest / "launch" / "node1.sh").read_text() == "#!/bin/bash\ntorchrun\n" and (dest / "logs").is_dir()
