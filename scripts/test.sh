@@ -28,9 +28,9 @@ if [ -z "${MEGAPROV_SKIP_PY312:-}" ] && [ -n "$PY312" ] && [ "$(.venv/bin/python
 else
   echo "test: no Python 3.12 here; the unit and CLI tests run on $(.venv/bin/python --version) only"
 fi
-# The suite in parallel parts (tests/conftest.py, --part): the lab integration tests, the Molecule scenarios in two
-# halves and the quick tests, each its own pytest process, side by side; the machine waits on the network and on
-# containers more than on its CPUs. Each part's output goes to .megaprov/test-PART.log and is shown when it ends.
+# The suite in parallel parts (tests/conftest.py, --part): the lab integration tests on the README run's lab, those
+# with labs of their own, the Molecule scenarios in two halves and the quick tests, each its own pytest process, side
+# by side; the machine waits on the network and on containers more than on its CPUs. Each part's output goes to .megaprov/test-PART.log and is shown when it ends.
 # With arguments (./scripts/test.sh -k NAME ...), or MEGAPROV_TEST_PARTS=0, one pytest process runs everything;
 # MEGAPROV_TEST_PARTS="lab quick" runs only those parts.
 rc=0
@@ -39,7 +39,7 @@ if [ $# -gt 0 ] || [ "${MEGAPROV_TEST_PARTS:-}" = 0 ]; then
   .venv/bin/pytest --durations=40 tests "$@" || rc=$?
 else
   mkdir -p .megaprov
-  read -r -a parts <<<"${MEGAPROV_TEST_PARTS:-lab molecule-1 molecule-2 quick}"
+  read -r -a parts <<<"${MEGAPROV_TEST_PARTS:-lab lab-2 molecule-1 molecule-2 quick}"
   declare -A pids started
   for part in "${parts[@]}"; do
     started[$part]=$(date +%s)

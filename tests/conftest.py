@@ -30,7 +30,9 @@ def root() -> Path:
 
 
 # The suite's parallel parts (scripts/test.sh runs one pytest process per part, side by side; `--part` selects):
-#   lab         the lab integration tests, in order, sharing one bootstrapped lab;
+#   lab         the lab integration tests on the README run's lab, in order (bootstrapped once, trained on);
+#   lab-2       the lab integration tests with labs of their own (the session's fresh 3-node lab, lab3, and the
+#               root-squash lab), beside the first: they wait for no README run;
 #   molecule-1, molecule-2
 #               the Molecule scenarios (each with its own containers and network), split by how long each took in a
 #               full run (seconds; a new scenario counts 150 until measured);
@@ -50,7 +52,9 @@ MOLECULE_SECONDS = {
     "preflight": 38,
 }
 MOLECULE_GROUPS = 2
-PARTS = ("lab", *(f"molecule-{i + 1}" for i in range(MOLECULE_GROUPS)), "quick")
+PARTS = ("lab", "lab-2", *(f"molecule-{i + 1}" for i in range(MOLECULE_GROUPS)), "quick")
+# Integration tests whose labs are their own (no README run): the lab-2 part.
+OWN_LAB_FIXTURES = ("lab3", "squashed", "trainable")
 
 
 def molecule_groups(scenarios: list[str]) -> dict[str, str]:
@@ -82,7 +86,7 @@ def pytest_addoption(parser):
 
 def suite_part(item, groups: dict[str, str]) -> str:
     if part_of(item.nodeid) == "integration":
-        return "lab"
+        return "lab-2" if any(name in OWN_LAB_FIXTURES for name in getattr(item, "fixturenames", ())) else "lab"
     if getattr(item, "originalname", "") == "test_molecule_scenario":
         return groups[item.callspec.params["scenario"]]
     return "quick"

@@ -39,11 +39,17 @@ def collected(*argv: str) -> list[str]:
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
 
-@pytest.mark.slow  # five pytest collections
+@pytest.mark.slow  # six pytest collections
 def test_each_part_collects_its_own_tests_and_the_parts_cover_the_suite():
     """scripts/test.sh runs `pytest --part P tests` for each part: every Molecule scenario is in exactly one of the two
-    halves, the integration tests are the lab part, the rest quick."""
-    where = ["tests/molecule/test_molecule.py", "tests/integration/test_readme_run.py", "tests/unit/test_suite_parts.py"]
+    halves, the integration tests on the README run's lab are the lab part, those with labs of their own lab-2, the rest
+    quick."""
+    where = [
+        "tests/molecule/test_molecule.py",
+        "tests/integration/test_readme_run.py",
+        "tests/integration/test_lab_restart.py",
+        "tests/unit/test_suite_parts.py",
+    ]
     everything = collected(*where)
     by_part = {part: collected("--part", part, *where) for part in PARTS}
     assert sorted(sum(by_part.values(), [])) == sorted(everything)
@@ -51,5 +57,7 @@ def test_each_part_collects_its_own_tests_and_the_parts_cover_the_suite():
     for half in ("molecule-1", "molecule-2"):
         assert by_part[half] and all("test_molecule_scenario[" in line for line in by_part[half])
     assert {line.split("[", 1)[1].rstrip("]") for line in by_part["molecule-1"] + by_part["molecule-2"]} == scenarios
-    assert by_part["lab"] and all(line.startswith("tests/integration/") for line in by_part["lab"])
+    assert by_part["lab"] and all(line.startswith("tests/integration/test_readme_run.py::") for line in by_part["lab"])
+    # the tests with a lab of their own (lab3) run beside the README run's lab, not after it
+    assert by_part["lab-2"] and all(line.startswith("tests/integration/test_lab_restart.py::") for line in by_part["lab-2"])
     assert "tests/molecule/test_molecule.py::test_every_role_has_a_scenario" in by_part["quick"]

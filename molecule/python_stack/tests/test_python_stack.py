@@ -133,3 +133,17 @@ def test_uv_installed_the_environment_from_the_wheelhouse(host):
     assert json.loads(host.check_output(f'{PY} -c "{script}"')) == dict.fromkeys(dists, "uv")
     site = host.check_output(f"{PY} -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'")
     assert host.file(f"{site}/torch/utils/model_dump/__pycache__/__main__.cpython-311.pyc").exists
+
+
+def test_the_cold_converge_left_torchs_proof_standing(host):
+    """Issue 17: the torch proof recorded by the cold converge held in the idempotence run, though megatron-core and
+    apex install into the same environment after it (it watches torch's own files, not the whole site-packages
+    listing: watching the listing made every second bootstrap re-run torch's check). A proof that had to run again in
+    the second run would be recorded after the megaprov_python fact, which the cold converge wrote once, after torch's
+    check and before the probe's record."""
+    torch = json.loads(host.file("/var/lib/megaprov/proofs/torch.json").content_string)
+    probe = json.loads(host.file("/var/lib/megaprov/proofs/python_stack.json").content_string)
+    fact_written = int(host.check_output("stat -c %Y /etc/ansible/facts.d/megaprov_python.fact"))
+    epoch = {name: int(host.check_output(f"date -u -d {shlex.quote(doc['verified_at'])} +%s")) for name, doc in (("torch", torch), ("probe", probe))}
+    assert epoch["torch"] <= fact_written <= epoch["probe"], (torch["verified_at"], probe["verified_at"], fact_written)
+    assert any(key.endswith("/RECORD") and "torch-" in key for key in torch["digests"]), sorted(torch["digests"])
