@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -32,16 +33,44 @@ def cpu_times() -> tuple[int, int]:
 
 
 LAST_BUSY = [0.0]
+# CPU seconds of the last command: the controller (megaprov, ansible and its forks: the children this process waited
+# for) and the lab's nodes (their containers' cgroups), the two sides that share this machine's cores.
+LAST_CPU = {"controller": 0.0, "nodes": 0.0}
+NODE_PREFIX = [""]
+
+
+def nodes_cpu_seconds() -> float:
+    """CPU seconds the lab's containers (NODE_PREFIX*) used so far, from their cgroups (v1 cpuacct or v2 cpu.stat)."""
+    if not NODE_PREFIX[0]:
+        return 0.0
+    env = {**os.environ, "CONTAINERS_CONF": str(ROOT / "megaprov" / "cluster" / "lab_files" / "containers.conf")}
+    out = subprocess.run(
+        ["podman", "ps", "--filter", f"name=^{NODE_PREFIX[0]}", "--format", "{{.Names}}"], env=env, capture_output=True, text=True
+    ).stdout.split()
+    total = 0.0
+    for name in out:
+        inspect = ["podman", "inspect", name, "--format", "{{.State.CgroupPath}}"]
+        cgroup = subprocess.run(inspect, env=env, capture_output=True, text=True).stdout.strip()
+        v1, v2 = Path(f"/sys/fs/cgroup/cpuacct{cgroup}/cpuacct.usage"), Path(f"/sys/fs/cgroup{cgroup}/cpu.stat")
+        if v1.is_file():
+            total += int(v1.read_text()) / 1e9
+        elif v2.is_file():
+            total += int(v2.read_text().split()[1]) / 1e6
+    return total
 
 
 def megaprov(*argv: str) -> tuple[float, dict]:
     busy0, total0 = cpu_times()
+    nodes0, usage0 = nodes_cpu_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "megaprov", *argv, "--output", "json"], cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"}
     )
     seconds = time.monotonic() - start
     busy1, total1 = cpu_times()
+    usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    LAST_CPU["controller"] = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
+    LAST_CPU["nodes"] = nodes_cpu_seconds() - nodes0
     LAST_BUSY[0] = (busy1 - busy0) / max(1, total1 - total0)
     doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
     if proc.returncode != 0:
@@ -63,12 +92,14 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=10, help="slowest tasks shown per re-run")
     args = parser.parse_args()
     lab = args.lab
+    NODE_PREFIX[0] = f"megaprov-{lab}-node"
     counts = [int(n) for n in args.nodes.split(",")]
     strategies = args.strategies.split(",")
     rows: list[tuple[str, float, str]] = []
 
     def record(name: str, seconds: float, note: str = "") -> None:
         note = f"{note} cpu busy {LAST_BUSY[0]:.0%} of {os.cpu_count()} cores".strip()
+        note += f"; cpu-s controller {LAST_CPU['controller']:.0f}, nodes {LAST_CPU['nodes']:.0f}"
         rows.append((name, seconds, note))
         print(f"{name:<48}  {seconds:8.1f}  {note}", flush=True)  # as measured: a failure later keeps these
 

@@ -21,6 +21,7 @@ MODULES = {path.stem: path for path in sorted((COLLECTION / "plugins" / "modules
 # Check mode: the nccl check runs a benchmark (no check mode); the others read, or skip their write in check mode.
 CHECK_MODE = {
     "compute_rate": True,
+    "files": True,
     "gpu_state": True,
     "ib_write_bw": True,
     "job_step": True,
@@ -40,6 +41,7 @@ CHECK_MODE_ONLY = {"ib_write_bw"}
 # Values for required options that make main() do nothing: no peers to reach, nothing to read back, no interpreter.
 REQUIRED = {
     "argv": ["true"],
+    "files": [],
     "step": "check",
     "socket_interface": "eth0",
     "access": "path",
@@ -92,7 +94,7 @@ def test_documentation_is_valid_and_lists_every_option(short, tmp_path, monkeypa
     assert doc["module"] == short and doc["short_description"] and doc["description"] and doc["author"]
     options = doc["options"]
     for name, spec in options.items():
-        assert set(spec) <= {"type", "elements", "required", "default", "choices", "description"}, (name, spec)
+        assert set(spec) <= {"type", "elements", "required", "default", "choices", "description", "suboptions"}, (name, spec)
         assert isinstance(spec.get("description"), str | list) and spec["description"], name
     _, result = run(short, required_args(options), tmp_path, monkeypatch, capsys)
     assert set(result["invocation"]["module_args"]) == set(options)
@@ -138,7 +140,8 @@ def typed_value(spec: dict, home: str):
         "float": ("2.5", 2.5),
         "bool": ("yes", True),
         "path": ("~/megaprov-spec", f"{home}/megaprov-spec"),
-        "list": ([7, "b"], ["7", "b"]) if spec.get("elements") == "str" else ([7, "b"], [7, "b"]),
+        # a list of entries (dicts with suboptions): empty, nothing to apply
+        "list": ([7, "b"], ["7", "b"]) if spec.get("elements") == "str" else ([], []) if spec.get("elements") == "dict" else ([7, "b"], [7, "b"]),
         "dict": ("a=1", {"a": "1"}),
     }[kind]
 

@@ -86,9 +86,10 @@ def test_secrets_are_never_logged():
     """Every task that creates, reads or writes the cluster private key runs with no_log."""
     keys = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles/ssh_mesh/tasks/keys.yml").read_text())
     private = re.compile(r"id_ed25519(?!\.pub)")
-    handling = [t for t in keys if any(m in t for m in ("ansible.builtin.command", "ansible.builtin.slurp", "ansible.builtin.copy"))]
+    writers = ("ansible.builtin.command", "ansible.builtin.slurp", "ansible.builtin.copy", "megaprov.cluster.files")
+    handling = [t for t in keys if any(m in t for m in writers)]
     secret = [t for t in handling if private.search(str(t)) or "results[0]" in str(t)]
-    assert {t["name"] for t in secret} >= {"Generate the cluster key pair once", "Read the cluster key pair", "Install the cluster private key"}
+    assert {t["name"] for t in secret} >= {"Generate the cluster key pair once", "Read the cluster key pair", "Install the cluster key pair"}
     for task in secret:
         assert task.get("no_log") is True, task["name"]
 
