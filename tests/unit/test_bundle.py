@@ -440,7 +440,7 @@ def test_every_install_list_of_the_roles_is_named_in_the_bundle_playbook():
     missing = []
     for tasks in sorted(ROLES.glob("*/tasks/*.yml")):
         for task in yaml.safe_load(tasks.read_text()) or []:
-            for module in ("ansible.builtin.apt", "ansible.builtin.pip", "megaprov.cluster.uv_pip"):
+            for module in ("megaprov.cluster.apt", "ansible.builtin.apt", "ansible.builtin.pip", "megaprov.cluster.uv_pip"):
                 args = task.get(module) if isinstance(task, dict) else None
                 name = args.get("name") if isinstance(args, dict) else None
                 if name is None or tasks.parent.parent.name == "package_cache" or any(key in str(name) for key in EXPLAINED):

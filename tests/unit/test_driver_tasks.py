@@ -45,8 +45,8 @@ def test_fabric_manager_and_persistenced_start_only_after_the_module_is_loaded_o
 
 def test_kernel_headers_go_in_before_the_dkms_packages():
     tasks = flat()
-    headers = index(tasks, lambda t: (t.get("ansible.builtin.apt") or {}).get("name") == "{{ nvidia_driver_kernel_headers }}", "installing headers")
-    driver = index(tasks, lambda t: (t.get("ansible.builtin.apt") or {}).get("name") == "{{ __nvidia_driver_packages }}", "installing the driver")
+    headers = index(tasks, lambda t: (t.get("megaprov.cluster.apt") or {}).get("name") == "{{ nvidia_driver_kernel_headers }}", "installing headers")
+    driver = index(tasks, lambda t: (t.get("megaprov.cluster.apt") or {}).get("name") == "{{ __nvidia_driver_packages }}", "installing the driver")
     assert max(headers) < min(driver)
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     assert defaults["nvidia_driver_kernel_headers"] == "linux-headers-{{ ansible_kernel | default('unknown-kernel') }}"
@@ -62,7 +62,7 @@ def test_nouveau_is_blacklisted_and_the_initramfs_rebuilt_before_the_driver_goes
     assert copy["dest"].startswith("{{ __nvidia_driver_nouveau_conf") or copy["dest"].startswith("/etc/modprobe.d/")
     initramfs = index(tasks, lambda t: argv(t)[:1] == ["update-initramfs"], "rebuilding the initramfs")
     assert tasks[blacklist[0]]["register"] in str(tasks[initramfs[0]]["when"]), "the rebuild must follow a changed blacklist"
-    driver = index(tasks, lambda t: (t.get("ansible.builtin.apt") or {}).get("name") == "{{ __nvidia_driver_packages }}", "installing the driver")
+    driver = index(tasks, lambda t: (t.get("megaprov.cluster.apt") or {}).get("name") == "{{ __nvidia_driver_packages }}", "installing the driver")
     assert max(initramfs) < min(driver)
     variables = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     assert variables["__nvidia_driver_nouveau_conf"].startswith("/etc/modprobe.d/") and variables["__nvidia_driver_nouveau_conf"].endswith(".conf")

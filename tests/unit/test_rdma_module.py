@@ -246,9 +246,9 @@ def test_doca_path_installs_its_prerequisites_first_and_restarts_openibd_without
     defaults = yaml.safe_load((IB_ROLE / "defaults" / "main.yml").read_text())
     assert set(defaults["infiniband_ofed_prerequisites"]) == {"linux-headers-{{ ansible_kernel | default('unknown-kernel') }}", "python3-debian"}
     tasks = yaml.safe_load((IB_ROLE / "tasks" / "install.yml").read_text())
-    modules = [next(k for k in t if k.startswith("ansible.builtin.")) for t in tasks]
+    modules = [next(k for k in t if k.startswith(("ansible.builtin.", "megaprov.cluster."))) for t in tasks]
     repo = modules.index("ansible.builtin.deb822_repository")
-    prereq = next(i for i, t in enumerate(tasks) if t.get("ansible.builtin.apt", {}).get("name") == "{{ infiniband_ofed_prerequisites }}")
+    prereq = next(i for i, t in enumerate(tasks) if t.get("megaprov.cluster.apt", {}).get("name") == "{{ infiniband_ofed_prerequisites }}")
     assert prereq < repo
     packages = next(t for t in tasks if t["name"] == "Install the RDMA packages")
     assert packages["notify"] == "Restart openibd"

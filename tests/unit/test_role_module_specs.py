@@ -20,6 +20,7 @@ COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
 MODULES = {path.stem: path for path in sorted((COLLECTION / "plugins" / "modules").glob("*.py")) if path.stem != "__init__"}
 # Check mode: the nccl check runs a benchmark (no check mode); the others read, or skip their write in check mode.
 CHECK_MODE = {
+    "apt": True,
     "compute_rate": True,
     "files": True,
     "gpu_state": True,
