@@ -155,3 +155,12 @@ def test_the_diff_of_a_file_others_cannot_read_shows_no_content(tmp_path: Path, 
     rc, result = run(capsys, [{"path": str(key), "content": "-----BEGIN OPENSSH PRIVATE KEY----- new\n", "mode": "0600"}], check_mode=True, diff=True)
     assert rc == 0 and result["changed"] is True
     assert "PRIVATE KEY" not in str(result["diff"]) and result["diff"][0]["before"].startswith("(not world-readable")
+
+
+def test_a_directory_is_made_with_its_missing_parents(tmp_path: Path, capsys):
+    facts = tmp_path / "etc" / "ansible" / "facts.d"
+    entries = [{"path": str(facts), "state": "directory", "mode": "0755"}, {"path": str(facts / "x.fact"), "content": "{}\n", "mode": "0644"}]
+    rc, planned = run(capsys, entries, check_mode=True)
+    assert rc == 0 and planned["changed_paths"] == [str(facts), str(facts / "x.fact")] and not (tmp_path / "etc").exists()
+    rc, result = run(capsys, entries)
+    assert rc == 0 and (facts / "x.fact").read_text() == "{}\n" and mode_of(tmp_path / "etc" / "ansible") == 0o755

@@ -21,8 +21,8 @@ description:
   - Reports changed when any entry changed, and which (RV(changed_paths)), so a handler is notified once for the set;
     check mode reports the same without changing anything, and diff mode shows each changed file's old and new
     content (for a world-readable file; of a file with a stricter mode, a key or a password, only that it changed).
-  - A parent directory that is neither on the host nor an earlier entry fails the task with the path named, before
-    anything is changed.
+  - A directory is created with its missing parents (mode 0755, as C(mkdir -p)). A file whose directory is neither on
+    the host nor an earlier entry fails the task with the path named, before anything is changed.
 options:
   files:
     description: The paths, in the order they are applied.
@@ -170,7 +170,8 @@ def plan_entry(entry, created_dirs):
     mode = parse_mode(entry["mode"])
     uid, gid = ids(entry["owner"], entry["group"])
     parent = os.path.dirname(path)
-    if st is None and not os.path.isdir(parent) and parent not in created_dirs:
+    # a directory is made with its missing parents (as the file module's state=directory); a file needs its directory
+    if st is None and state == "file" and not os.path.isdir(parent) and parent not in created_dirs:
         raise ValueError("%s: its directory %s does not exist (add it as an earlier entry with state=directory)" % (path, parent))
     if state == "directory":
         if st is None:
