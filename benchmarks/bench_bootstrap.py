@@ -5,7 +5,7 @@ again). Prints figures, the time per stage and the slowest tasks of each re-run 
 nothing about time (the machine is noisy): compare the ratios from one run.
 
     .venv/bin/python benchmarks/bench_bootstrap.py [--cold] [--nodes 1,3,8] [--strategies linear,mitogen] [--lab NAME] [--top N]
-        [--no-lab-timing] [--no-verify]
+        [--no-lab-timing] [--no-verify] [--rounds 2]
 
 Each figure comes with the CPU seconds of the controller (megaprov, ansible and its forks) and of the lab's nodes
 (their containers' cgroups): on this machine both share the same cores, so a re-run's wall time is about their sum
@@ -97,6 +97,7 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=10, help="slowest tasks shown per re-run")
     parser.add_argument("--no-lab-timing", action="store_true", help="skip timing `lab up` on its own")
     parser.add_argument("--no-verify", action="store_true", help="skip the --verify re-run")
+    parser.add_argument("--rounds", type=int, default=2, help="re-runs of each strategy, alternating, on the same lab")
     args = parser.parse_args()
     lab = args.lab
     NODE_PREFIX[0] = f"megaprov-{lab}-node"
@@ -110,9 +111,14 @@ def main() -> int:
         rows.append((name, seconds, note))
         print(f"{name:<48}  {seconds:8.1f}  {note}", flush=True)  # as measured: a failure later keeps these
 
+    def stages(doc: dict) -> None:
+        print("    stages: " + ", ".join(f"{s['stage']} {s['seconds']:.0f}s" for s in doc["result"].get("stages", [])))
+
     def detail(doc: dict) -> None:
         result = doc["result"]
-        print("    stages: " + ", ".join(f"{s['stage']} {s['seconds']:.0f}s" for s in result.get("stages", [])))
+        stages(doc)
+        runs = taskprof.module_runs(taskprof.load(Path(result["artifacts"])))
+        print("    module runs per host: " + ", ".join(f"{h} {n}" for h, n in sorted(runs.items())))
         proofs = result.get("proofs", [])
         print(f"    proofs: {sum(p['valid'] for p in proofs)} of {len(proofs)} cached")
         for line in taskprof.lines(taskprof.profile(taskprof.load(Path(result["artifacts"]))), args.top):
@@ -133,32 +139,44 @@ def main() -> int:
         record("lab up --nodes 3 (cached image)", seconds)
         megaprov("lab", "down", "--name", lab)
 
-    rerun: dict[tuple[str, int], float] = {}
-    for strategy in strategies:
-        for count in counts:
+    rerun: dict[tuple[str, int], list[float]] = {}
+    for count in counts:
+        for cold in strategies:
+            # A fresh lab per strategy for the first run; the re-runs alternate the strategies on the same lab (rounds
+            # of each), so that their ratio is measured under the same load. With one strategy's cold run, the re-runs
+            # of every strategy happen after it.
             _, up = megaprov("lab", "up", "--nodes", str(count), "--name", lab)
             inventory = up["result"]["inventory"]
-            first, doc1 = megaprov("bootstrap", inventory, "--strategy", strategy)
-            record(f"bootstrap {count} node(s) {strategy}: first run", first, f"changed={doc1['result']['changed']}")
-            second, doc2 = megaprov("bootstrap", inventory, "--strategy", strategy)
-            record(f"bootstrap {count} node(s) {strategy}: re-run", second, f"changed={doc2['result']['changed']}")
-            detail(doc2)
-            rerun[(strategy, count)] = second
-            if not args.no_verify:
-                third, doc3 = megaprov("bootstrap", inventory, "--strategy", strategy, "--verify")
-                record(f"bootstrap {count} node(s) {strategy}: re-run --verify", third, f"changed={doc3['result']['changed']}")
+            first, doc1 = megaprov("bootstrap", inventory, "--strategy", cold)
+            record(f"bootstrap {count} node(s) {cold}: first run", first, f"changed={doc1['result']['changed']}")
+            stages(doc1)
+            if cold == strategies[-1]:
+                for _ in range(args.rounds):
+                    for strategy in strategies:
+                        second, doc2 = megaprov("bootstrap", inventory, "--strategy", strategy)
+                        record(f"bootstrap {count} node(s) {strategy}: re-run", second, f"changed={doc2['result']['changed']}")
+                        detail(doc2)
+                        rerun.setdefault((strategy, count), []).append(second)
+                if not args.no_verify:
+                    third, doc3 = megaprov("bootstrap", inventory, "--verify")
+                    record(f"bootstrap {count} node(s) linear: re-run --verify", third, f"changed={doc3['result']['changed']}")
             megaprov("lab", "down", "--name", lab)
 
+    def median(values: list[float]) -> float:
+        ordered = sorted(values)
+        return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+
     print()
+    print("re-run medians: " + ", ".join(f"{s} {n} node(s) {median(v):.1f} s" for (s, n), v in sorted(rerun.items())))
     for strategy in strategies:
         if (strategy, 1) in rerun and (strategy, max(counts)) in rerun:
-            ratio = rerun[(strategy, max(counts))] / rerun[(strategy, 1)]
+            ratio = median(rerun[(strategy, max(counts))]) / median(rerun[(strategy, 1)])
             print(f"{strategy}: re-run on {max(counts)} nodes / re-run on 1 node = {ratio:.2f} (target <= 2)")
         if (strategy, 3) in rerun:
-            print(f"{strategy}: re-run on 3 nodes = {rerun[(strategy, 3)]:.1f} s (target < 30 s)")
+            print(f"{strategy}: re-run on 3 nodes = {median(rerun[(strategy, 3)]):.1f} s (target < 30 s)")
     if "linear" in strategies and "mitogen" in strategies:
         for count in counts:
-            print(f"{count} node(s): linear / mitogen re-run = {rerun[('linear', count)] / rerun[('mitogen', count)]:.2f}")
+            print(f"{count} node(s): linear / mitogen re-run = {median(rerun[('linear', count)]) / median(rerun[('mitogen', count)]):.2f}")
     return 0
 
 

@@ -53,6 +53,28 @@ def profile(events: list[dict[str, Any]]) -> list[Task]:
     return list(tasks.values())
 
 
+# Actions that run on the controller alone (no module on the node): everything else is one module run on the host.
+CONTROLLER_ONLY = {
+    f"ansible.builtin.{name}"
+    for name in (
+        "assert debug fail set_fact include_tasks include_role import_tasks import_role include_vars meta"
+        " validate_argument_spec add_host group_by set_stats pause"
+    ).split()
+}
+
+
+def module_runs(events: list[dict[str, Any]]) -> dict[str, int]:
+    """Per host, the tasks that ran a module on it (not skipped, not a controller-only action): a re-run's cost on the
+    nodes, which does not depend on how busy the machine is (pure)."""
+    runs: dict[str, int] = {}
+    for event in events:
+        data = event.get("event_data", {})
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("task_action") not in CONTROLLER_ONLY:
+            if not data.get("delegate_to") or data.get("delegate_to") == data.get("host"):
+                runs[str(data.get("host"))] = runs.get(str(data.get("host")), 0) + 1
+    return runs
+
+
 def load(artifacts: Path) -> list[dict[str, Any]]:
     files = sorted((artifacts / "job_events").glob("*.json"), key=lambda p: int(p.name.split("-")[0]))
     return [json.loads(f.read_text()) for f in files]
