@@ -41,9 +41,15 @@ else
   mkdir -p .megaprov
   read -r -a parts <<<"${MEGAPROV_TEST_PARTS:-lab lab-2 molecule-1 molecule-2 quick}"
   declare -A pids started
+  # The machine's busy CPU seconds over the run, against what each part's own processes used (scripts/partcpu.py): the
+  # rest is the lab's and Molecule's containers. The parts share 2 cores, so the suite's wall time is bounded by the
+  # whole CPU work over the cores, whatever the split.
+  busy0=$(.venv/bin/python scripts/partcpu.py --machine)
+  suite0=$(date +%s)
   for part in "${parts[@]}"; do
     started[$part]=$(date +%s)
-    .venv/bin/pytest -p no:cacheprovider --durations=20 --part "$part" tests >".megaprov/test-$part.log" 2>&1 &
+    .venv/bin/python scripts/partcpu.py ".megaprov/test-$part.cpu" \
+      .venv/bin/pytest -p no:cacheprovider --durations=20 --part "$part" tests >".megaprov/test-$part.log" 2>&1 &
     pids[$part]=$!
   done
   summary=()
@@ -53,12 +59,15 @@ else
     seconds=$(($(date +%s) - ${started[$part]}))
     echo "=================== part $part (exit $prc, ${seconds}s): .megaprov/test-$part.log ==================="
     cat ".megaprov/test-$part.log"
-    summary+=("$(printf '%-12s %5ss  exit %s  %s' "$part" "$seconds" "$prc" "$(tail -n 1 ".megaprov/test-$part.log")")")
+    cpu=$(cut -d' ' -f2 ".megaprov/test-$part.cpu" 2>/dev/null || echo "?")
+    summary+=("$(printf '%-12s %5ss  cpu %5ss  exit %s  %s' "$part" "$seconds" "$cpu" "$prc" "$(tail -n 1 ".megaprov/test-$part.log")")")
     # exit 5 (no test collected in a part) is a failure like any other
     [ "$prc" -eq 0 ] || [ "$rc" -ne 0 ] || rc=$prc
   done
-  echo "=================== time per part (wall, side by side) ==================="
+  echo "=================== time per part (wall side by side; cpu: the part's own processes) ==================="
   printf '%s\n' "${summary[@]}"
+  busy=$(($(.venv/bin/python scripts/partcpu.py --machine) - busy0))
+  echo "machine: ${busy} CPU seconds busy in $(($(date +%s) - suite0)) s of wall on $(nproc) cores (parts' own processes above, the rest the containers')"
 fi
 if [ -n "${PY312_PID:-}" ]; then
   rc312=0

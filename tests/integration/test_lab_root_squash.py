@@ -4,7 +4,6 @@ must write there as the cluster user. On the old lab (/shared a plain podman vol
 old job_launch.yml (`install -d -o megaprov` as root) passed; on a real root-squashed NFS mount it failed."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,25 +12,18 @@ from conftest import ROOT, megaprov, podman_exec
 
 pytestmark = pytest.mark.lab
 
-LAB = os.environ.get("MEGAPROV_TEST_SQUASH_LAB", "sq")  # not itest/readme-ci: other runs' labs
 CLUSTER_UID = 2000
 
 
 @pytest.fixture(scope="module")
-def squashed():
-    """A 2-node lab bootstrapped up to the storage stage (the cluster user, the share's layout), removed at the end."""
-    megaprov("lab", "down", "--name", LAB, "--output", "json")
-    code, doc, err = megaprov("lab", "up", "--nodes", "2", "--name", LAB, "--output", "json")
-    try:
-        assert code == 0, err
-        inventory = doc["result"]["inventory"]
-        code, _, err = megaprov("bootstrap", inventory, "--tags", "base,ssh_mesh,storage", "--output", "json")
-        assert code == 0, err[-3000:]
-        shared = yaml.safe_load((Path(inventory).parent / "group_vars" / "all.yml").read_text())["megaprov_controller_shared_dir"]
-        nodes = [f"megaprov-{LAB}-node{i}" for i in (1, 2)]
-        yield {"inventory": inventory, "shared": Path(shared), "nodes": nodes}
-    finally:
-        megaprov("lab", "down", "--name", LAB, "--output", "json")
+def squashed(bootstrapped):
+    """The README run's lab (bootstrapped from a fresh clone: the cluster user, the share's layout, the training
+    environment), whose share squashes root like every lab's: no lab of its own to start and bootstrap."""
+    inventory = bootstrapped["inventory"]
+    shared = yaml.safe_load((Path(inventory).parent / "group_vars" / "all.yml").read_text())["megaprov_controller_shared_dir"]
+    nodes = [n["container"] for n in bootstrapped["nodes"]]
+    assert len(nodes) >= 2, nodes
+    return {"inventory": inventory, "shared": Path(shared), "nodes": nodes}
 
 
 def test_root_on_every_node_is_nobody_on_the_share(squashed):
@@ -45,7 +37,7 @@ def test_root_on_every_node_is_nobody_on_the_share(squashed):
 
 
 def test_the_cluster_user_writes_as_itself_from_every_node(squashed):
-    first, second = squashed["nodes"]
+    first, second = squashed["nodes"][:2]
     made = podman_exec(first, "su", "megaprov", "-c", "mkdir -p /shared/cache/sq && echo from-node1 > /shared/cache/sq/f")
     assert made.returncode == 0, made.stderr
     moved = podman_exec(second, "su", "megaprov", "-c", "cat /shared/cache/sq/f && mv /shared/cache/sq/f /shared/cache/sq/g")
@@ -64,22 +56,20 @@ def test_data_prepare_writes_the_dataset_as_the_cluster_user(squashed, tmp_path)
     corpus = tmp_path / "corpus.jsonl"
     assert megaprov("data", "corpus", "--output-file", str(corpus), "--documents", "1500")[0] == 0
     code, doc, err = megaprov(
-        "data", "prepare", "--input", str(corpus), "--output-prefix", "data/lab", "-i", squashed["inventory"], "--output", "json"
+        "data", "prepare", "--input", str(corpus), "--output-prefix", "data/sq", "-i", squashed["inventory"], "--output", "json"
     )
     assert code == 0, err
     for name in doc["result"]["files"]:
         st = Path(name).stat()
         assert (st.st_uid, st.st_gid) == (CLUSTER_UID, CLUSTER_UID), name
     # the nodes' cluster user can modify it (touch needs ownership or write permission: root's 0644 file refused it)
-    touched = podman_exec(squashed["nodes"][1], "su", "megaprov", "-c", "touch /shared/data/lab_text_document.idx")
+    touched = podman_exec(squashed["nodes"][1], "su", "megaprov", "-c", "touch /shared/data/sq_text_document.idx")
     assert touched.returncode == 0, touched.stderr
 
 
 @pytest.fixture(scope="module")
 def trainable(squashed):
-    """The same lab with the training environment (the python stage)."""
-    code, _, err = megaprov("bootstrap", squashed["inventory"], "--tags", "python", "--output", "json")
-    assert code == 0, err[-3000:]
+    """The same lab with the training environment (the README run's bootstrap installed it)."""
     return squashed
 
 
