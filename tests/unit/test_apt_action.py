@@ -47,3 +47,14 @@ def test_installed_means_installed_at_the_pin():
 def test_the_query_quotes_every_name_for_the_shell():
     line = apt.query_argv({"chrony": None, "x;touch /tmp/pwned": None})
     assert line.startswith("dpkg-query -W -f='${Package}\\t${Status}\\t${Version}\\n' chrony 'x;touch /tmp/pwned' 2>/dev/null")
+
+
+def test_python_apt_is_installed_non_interactively_and_its_absence_is_read_from_dpkg_query():
+    """ansible.builtin.apt imports python3-apt; the action plugin installs it over the connection first (the module's
+    own fallback re-executes itself, which fails under mitogen), retrying after an apt-get update on a node without lists."""
+    assert apt.PYTHON_APT == "python3-apt"
+    first, _, retry = apt.PYTHON_APT_INSTALL.partition(" || ")
+    assert first.startswith("DEBIAN_FRONTEND=noninteractive apt-get install -y") and first.endswith("--no-install-recommends python3-apt")
+    assert "apt-get update" in retry and retry.rstrip("; }").endswith("python3-apt")
+    assert not apt.all_installed({apt.PYTHON_APT: None}, "python3-apt\tdeinstall ok config-files\t2.6.0\n")
+    assert apt.all_installed({apt.PYTHON_APT: None}, "python3-apt\tinstall ok installed\t2.6.0\n")

@@ -3,12 +3,21 @@
 """megaprov.cluster.apt: ansible.builtin.apt, with a fast path for a re-run. When every package the task names is
 already installed (at the pinned version where one is pinned), one dpkg-query over the connection (no Python on the
 node, no apt cache opened) answers, and apt is not run; otherwise, or for anything but state=present, the task is
-ansible.builtin.apt with the same arguments."""
+ansible.builtin.apt with the same arguments. Before apt runs, python3-apt (which ansible.builtin.apt imports) is
+installed with apt-get over the connection where it is missing: the module's own fallback installs it and re-executes
+itself, which fails where modules run in-process (the mitogen strategy: "Could not import the python3-apt module" on a
+fresh head, whose first apt task is the package cache's)."""
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.megaprov.cluster.plugins.module_utils.apt_fast import all_installed, query_argv, wanted
+from ansible_collections.megaprov.cluster.plugins.module_utils.apt_fast import (
+    PYTHON_APT,
+    PYTHON_APT_INSTALL,
+    all_installed,
+    query_argv,
+    wanted,
+)
 
 
 class ActionModule(ActionBase):
@@ -23,5 +32,17 @@ class ActionModule(ActionBase):
             if probe.get("rc") == 0 and all_installed(packages, probe.get("stdout", "")):
                 result.update(changed=False, cache_updated=False, msg="already installed: %s (dpkg-query)" % ", ".join(sorted(packages)))
                 return result
+        installed_python_apt = False
+        if not self._task.check_mode:  # check mode changes nothing: the roles skip apt there without python3-apt
+            probe = self._low_level_execute_command(query_argv({PYTHON_APT: None}), sudoable=False)
+            if not all_installed({PYTHON_APT: None}, probe.get("stdout", "")):
+                done = self._low_level_execute_command(PYTHON_APT_INSTALL, sudoable=True)
+                if done.get("rc") != 0:
+                    tail = (done.get("stderr") or done.get("stdout") or "").strip().splitlines()[-1:]
+                    result.update(failed=True, msg="apt-get could not install python3-apt (ansible.builtin.apt needs it): %s" % " ".join(tail))
+                    return result
+                installed_python_apt = True
         result.update(self._execute_module(module_name="ansible.builtin.apt", module_args=args, task_vars=task_vars))
+        if installed_python_apt:
+            result["changed"] = True
         return result

@@ -11,6 +11,10 @@ import shlex
 # purge, deb, ...) sends the task to apt.
 FAST_OPTIONS = frozenset(("name", "state", "update_cache", "cache_valid_time", "install_recommends", "allow_downgrade", "lock_timeout"))
 INSTALLED = "install ok installed"
+# What ansible.builtin.apt imports, and how the action plugin installs it where it is missing (no Python needed).
+PYTHON_APT = "python3-apt"
+_INSTALL = "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-apt"
+PYTHON_APT_INSTALL = "%s || { DEBIAN_FRONTEND=noninteractive apt-get update -q && %s; }" % (_INSTALL, _INSTALL)
 
 
 def wanted(args):
