@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -118,3 +119,24 @@ def test_host_key_checking_is_never_turned_off():
             if HOST_KEY_CHECKING_OFF.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not found, "host key checking turned off:\n" + "\n".join(found)
+
+
+def test_no_script_task_sets_a_working_directory():
+    """ansible.builtin.script builds its command line with `chdir` in it, and under the mitogen strategy (--strategy
+    mitogen) that command crosses to the node pickled: ansible-core 2.19's tagged strings do not unpickle there, and the
+    task fails ("cannot unpickle ... _AnsibleTaggedStr": the megatron role's model check did, on every cold bootstrap
+    with mitogen). A script changes its own directory instead."""
+    found = []
+    for path in sorted((ROOT / "ansible_collections" / "megaprov" / "cluster").rglob("*.yml")):
+        docs = yaml.safe_load(path.read_text())
+        stack = list(docs) if isinstance(docs, list) else []
+        while stack:
+            item = stack.pop()
+            if not isinstance(item, dict):
+                continue
+            for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
+                stack.extend(item.get(key) or [])
+            for module in ("ansible.builtin.script", "script"):
+                if isinstance(item.get(module), dict) and "chdir" in item[module]:
+                    found.append(f"{path.relative_to(ROOT)}: {item.get('name', '?')}")
+    assert found == [], found

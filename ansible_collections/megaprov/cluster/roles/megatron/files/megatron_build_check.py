@@ -256,6 +256,10 @@ def core_only(argv):
 
 
 def main():
+    # A neutral working directory, whatever the task's: the script task's chdir cannot be used, because under the
+    # mitogen strategy its command crosses to the node pickled, and ansible-core 2.19's tagged strings do not unpickle
+    # there ("cannot unpickle ... _AnsibleTaggedStr").
+    os.chdir("/tmp")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkout")
     parser.add_argument("--world-size", type=int, default=1)
