@@ -33,7 +33,9 @@ class ActionModule(ActionBase):
                 result.update(changed=False, cache_updated=False, msg="already installed: %s (dpkg-query)" % ", ".join(sorted(packages)))
                 return result
         installed_python_apt = False
-        if not self._task.check_mode:  # check mode changes nothing: the roles skip apt there without python3-apt
+        # Check mode changes nothing (the roles skip apt there without python3-apt); auto_install_module_deps: false is the
+        # module's own opt-out of this install.
+        if not self._task.check_mode and args.get("auto_install_module_deps", True) not in (False, "false", "no"):
             probe = self._low_level_execute_command(query_argv({PYTHON_APT: None}), sudoable=False)
             if not all_installed({PYTHON_APT: None}, probe.get("stdout", "")):
                 done = self._low_level_execute_command(PYTHON_APT_INSTALL, sudoable=True)
