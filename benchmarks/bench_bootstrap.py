@@ -5,7 +5,7 @@ again). Prints figures, the time per stage and the slowest tasks of each re-run 
 nothing about time (the machine is noisy): compare the ratios from one run.
 
     .venv/bin/python benchmarks/bench_bootstrap.py [--cold] [--nodes 1,3,8] [--strategies linear,mitogen] [--lab NAME] [--top N]
-        [--no-lab-timing] [--no-verify] [--rounds 2]
+        [--no-lab-timing] [--no-verify] [--rounds 2] [--first-runs linear]
 
 Each figure comes with the CPU seconds of the controller (megaprov, ansible and its forks) and of the lab's nodes
 (their containers' cgroups): on this machine both share the same cores, so a re-run's wall time is about their sum
@@ -98,6 +98,7 @@ def main() -> int:
     parser.add_argument("--no-lab-timing", action="store_true", help="skip timing `lab up` on its own")
     parser.add_argument("--no-verify", action="store_true", help="skip the --verify re-run")
     parser.add_argument("--rounds", type=int, default=2, help="re-runs of each strategy, alternating, on the same lab")
+    parser.add_argument("--first-runs", default="", help="strategies timed on a fresh lab (default: every strategy)")
     args = parser.parse_args()
     lab = args.lab
     NODE_PREFIX[0] = f"megaprov-{lab}-node"
@@ -140,8 +141,9 @@ def main() -> int:
         megaprov("lab", "down", "--name", lab)
 
     rerun: dict[tuple[str, int], list[float]] = {}
+    firsts = args.first_runs.split(",") if args.first_runs else strategies
     for count in counts:
-        for cold in strategies:
+        for cold in firsts:
             # A fresh lab per strategy for the first run; the re-runs alternate the strategies on the same lab (rounds
             # of each), so that their ratio is measured under the same load. With one strategy's cold run, the re-runs
             # of every strategy happen after it.
@@ -150,7 +152,7 @@ def main() -> int:
             first, doc1 = megaprov("bootstrap", inventory, "--strategy", cold)
             record(f"bootstrap {count} node(s) {cold}: first run", first, f"changed={doc1['result']['changed']}")
             stages(doc1)
-            if cold == strategies[-1]:
+            if cold == firsts[-1]:
                 for _ in range(args.rounds):
                     for strategy in strategies:
                         second, doc2 = megaprov("bootstrap", inventory, "--strategy", strategy)
