@@ -38,7 +38,19 @@ def test_the_unit_marks_the_job_and_stops_through_the_stop_script():
 
 def _marked(unit: str, *argv: str) -> subprocess.Popen:
     # start_new_session: like ranks orphaned by a killed torchrun, they are nobody's children here
-    return subprocess.Popen(list(argv), env={**os.environ, "MEGAPROV_JOB_UNIT": unit}, start_new_session=True)
+    proc = subprocess.Popen(list(argv), env={**os.environ, "MEGAPROV_JOB_UNIT": unit}, start_new_session=True)
+    # Until the child has exec'd, /proc shows the parent's environment, without the mark: on a busy machine the stop
+    # script could scan in between and miss it (seen in a full suite run: "killing 1 process(es)" of 2).
+    mark = f"MEGAPROV_JOB_UNIT={unit}".encode()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if mark in Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0"):
+                break
+        except OSError:
+            break  # already gone: the test says what it missed
+        time.sleep(0.01)
+    return proc
 
 
 def _stop(tmp_path: Path, unit: str, mainpid: str) -> subprocess.CompletedProcess:
