@@ -43,7 +43,7 @@ def _marked(unit: str, *argv: str) -> subprocess.Popen:
     # script could scan in between and miss it (seen in a full suite run: "killing 1 process(es)" of 2).
     mark = f"MEGAPROV_JOB_UNIT={unit}".encode()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:  # an exited child (a zombie) shows no environment
         try:
             if mark in Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0"):
                 break
