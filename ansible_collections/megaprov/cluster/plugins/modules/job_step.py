@@ -144,7 +144,8 @@ def check_problems(name: str, python: str, state: str, port: int, port_busy: boo
             f"job {name} is running on {host} ({unit} is {state}): it cannot start again while it runs; follow it with "
             f"`megaprov job status {name}` and `megaprov job logs {name}`, or stop it first with `megaprov job stop {name}`"
         )
-    if port_busy:
+    # With the job's own unit running, the port is its own rendezvous (once torchrun binds it): not another job's.
+    if port_busy and state not in ACTIVE:
         out.append(
             f"port {port} (launch.master_port) is in use on {host}, where the ranks meet: another job runs there, not this one "
             "(`megaprov jobs`, `megaprov job stop JOB`) or set launch.master_port to a free port"
