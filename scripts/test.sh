@@ -56,7 +56,8 @@ else
   for part in "${parts[@]}"; do
     prc=0
     wait "${pids[$part]}" || prc=$?
-    seconds=$(($(date +%s) - ${started[$part]}))
+    # the part's own wall time (partcpu.py wrote it when the part ended; the parts are waited for in order)
+    seconds=$(cut -d' ' -f1 ".megaprov/test-$part.cpu" 2>/dev/null || echo $(($(date +%s) - ${started[$part]})))
     echo "=================== part $part (exit $prc, ${seconds}s): .megaprov/test-$part.log ==================="
     cat ".megaprov/test-$part.log"
     cpu=$(cut -d' ' -f2 ".megaprov/test-$part.cpu" 2>/dev/null || echo "?")
