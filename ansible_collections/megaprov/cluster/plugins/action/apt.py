@@ -27,17 +27,20 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         packages = wanted(args)
+        answer = None  # dpkg-query's answer, python3-apt's status included: one round trip serves both questions
         if packages is not None:
-            probe = self._low_level_execute_command(query_argv(packages), sudoable=False)
+            probe = self._low_level_execute_command(query_argv({**packages, PYTHON_APT: None}), sudoable=False)
             if probe.get("rc") == 0 and all_installed(packages, probe.get("stdout", "")):
                 result.update(changed=False, cache_updated=False, msg="already installed: %s (dpkg-query)" % ", ".join(sorted(packages)))
                 return result
+            answer = probe.get("stdout", "")
         installed_python_apt = False
         # Check mode changes nothing (the roles skip apt there without python3-apt); auto_install_module_deps: false is the
         # module's own opt-out of this install.
         if not self._task.check_mode and args.get("auto_install_module_deps", True) not in (False, "false", "no"):
-            probe = self._low_level_execute_command(query_argv({PYTHON_APT: None}), sudoable=False)
-            if not all_installed({PYTHON_APT: None}, probe.get("stdout", "")):
+            if answer is None:
+                answer = self._low_level_execute_command(query_argv({PYTHON_APT: None}), sudoable=False).get("stdout", "")
+            if not all_installed({PYTHON_APT: None}, answer):
                 done = self._low_level_execute_command(PYTHON_APT_INSTALL, sudoable=True)
                 if done.get("rc") != 0:
                     tail = (done.get("stderr") or done.get("stdout") or "").strip().splitlines()[-1:]
