@@ -67,14 +67,7 @@ def test_data_prepare_writes_the_dataset_as_the_cluster_user(squashed, tmp_path)
     assert touched.returncode == 0, touched.stderr
 
 
-@pytest.fixture(scope="module")
-def trainable(squashed):
-    """The same lab with the training environment (the README run's bootstrap installed it)."""
-    return squashed
-
-
-def test_a_job_launches_and_trains_on_the_root_squashed_share(trainable, tmp_path):
-    squashed = trainable
+def test_a_job_launches_and_trains_on_the_root_squashed_share(squashed, tmp_path):
     spec = yaml.safe_load((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())
     spec["name"] = "sq-tiny"
     path = tmp_path / "sq-tiny.yml"
@@ -91,8 +84,7 @@ def test_a_job_launches_and_trains_on_the_root_squashed_share(trainable, tmp_pat
     assert json.loads((ckpt / "megaprov-model.json").read_text())["num_layers"] == spec["model"]["num_layers"]
 
 
-def test_what_the_controller_writes_in_the_job_directory_is_the_cluster_users(trainable):
-    squashed = trainable
+def test_what_the_controller_writes_in_the_job_directory_is_the_cluster_users(squashed):
     """job.json, metrics and the report are rewritten by megaprov on this machine: through a root-squashed mount
     root could not write them into the cluster user's job directory, and the nodes could not replace root's files."""
     job = squashed["shared"] / "jobs" / "sq-tiny"
