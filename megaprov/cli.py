@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -254,6 +256,22 @@ def _job_parsers(sub: Any) -> None:
     )
     output(train)
 
+    logs = sub.add_parser("logs", help="the nodes' journals kept on the head (the observe stage), or a job's own log")
+    logs.add_argument("-i", "--inventory", required=True, help="the cluster's inventory")
+    logs.add_argument("--node", help="this node's journal only (an inventory host)")
+    logs.add_argument("--since", help="from this time: 30m, 2h, 1d before now, or a date and time (2026-12-01 14:30)")
+    logs.add_argument("--grep", help="lines matching this regular expression only")
+    logs.add_argument("--lines", type=_upto(10_000), default=200, help="the last N lines (default 200)")
+    logs.add_argument("--job", metavar="JOB", help="the job's own node log instead (as `megaprov job logs`), filtered by --grep")
+    output(logs)
+
+    top = sub.add_parser("top", help="live view of nodes, GPUs, running jobs and firing alerts from Prometheus (the observe stage)")
+    top.add_argument("-i", "--inventory", required=True, help="the cluster's inventory")
+    top.add_argument("--url", help="Prometheus's address (default: the head's, from the inventory), e.g. through an SSH tunnel")
+    top.add_argument("--interval", type=_upto(3600), default=5, help="seconds between refreshes (default 5)")
+    top.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    output(top)
+
     jobs = sub.add_parser("jobs", help="list training jobs")
     jobs.add_argument("-i", "--inventory", help="also list the jobs in this cluster's shared directory")
     output(jobs)
@@ -426,7 +444,13 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
             err.print(f"train: {text}", markup=False)
 
     outcome = jobs.follow_job(
-        job, spec.model.seq_length, progress, float(args.stall_timeout), log_interval=spec.train.log_interval, on_waiting=waiting
+        job,
+        spec.model.seq_length,
+        progress,
+        float(args.stall_timeout),
+        log_interval=spec.train.log_interval,
+        on_waiting=waiting,
+        targets=jobs.metrics_targets(spec, planned),
     )
     if outcome.state == "detached":
         if not quiet:
@@ -467,6 +491,54 @@ def _cmd_jobs(args: argparse.Namespace) -> Outcome:
                 markup=False,
             )
     return Outcome("jobs", {"jobs": rows})
+
+
+def _cmd_logs(args: argparse.Namespace) -> Outcome:
+    from megaprov import paths
+    from megaprov.cluster import inventory as inv
+    from megaprov.ops import logs
+
+    quiet = args.output == "json"
+    if args.job:
+        from megaprov.training import jobs
+
+        job = jobs.find(args.job, args.inventory)
+        host = args.node or job.hosts[-1]
+        if host not in job.hosts:
+            raise UsageError(f"--node {host} is not a node of job {job.name}", "use one of " + ", ".join(job.hosts))
+        pattern = re.compile(logs.grep_arg(args.grep)) if args.grep else None
+        path = job.local_dir / "logs" / f"{host}.log"
+        text = path.read_text(errors="replace").splitlines() if path.is_file() else []
+        lines = [line for line in text if pattern is None or pattern.search(line)][-args.lines :]
+        result: dict[str, Any] = {"job": job.name, "node": host, "lines": lines}
+    else:
+        found = inv.load(args.inventory, paths.roles_dir(), paths.cluster_defaults())
+        query = logs.build(found, args.node, args.since, args.grep, args.lines)
+        lines = logs.read(args.inventory, query, quiet)
+        result = {"host": query.host, "node": args.node, "lines": lines}
+    if not quiet:
+        print("\n".join(lines))
+    return Outcome("logs", result, quiet=not quiet)
+
+
+def _cmd_top(args: argparse.Namespace) -> Outcome:
+    from megaprov import paths
+    from megaprov.cluster import inventory as inv
+    from megaprov.ops import top
+
+    found = inv.load(args.inventory, paths.roles_dir(), paths.cluster_defaults())
+    url = top.prometheus_url(found, args.url)
+    if args.once or args.output == "json":
+        snap = top.snapshot(url)
+        if args.output == "text":
+            console().print(top.render(snap))
+        return Outcome("top", snap.as_dict())
+    from rich.live import Live
+
+    with Live(top.render(top.snapshot(url)), console=console(), refresh_per_second=1, screen=False) as live:
+        while True:
+            time.sleep(args.interval)
+            live.update(top.render(top.snapshot(url)))
 
 
 def _cmd_job_running(args: argparse.Namespace) -> Outcome:
@@ -741,6 +813,8 @@ HANDLERS = {
     "plan": _cmd_plan,
     "train": _cmd_train,
     "jobs": _cmd_jobs,
+    "logs": _cmd_logs,
+    "top": _cmd_top,
     "data": _cmd_data,
     "bundle": _cmd_bundle,
 }

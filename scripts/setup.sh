@@ -133,4 +133,19 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 .venv/bin/python scripts/install-collections.py
+# The tests check the observe stage's alert rules and Alertmanager configuration with the tools Prometheus ships
+# (promtool test rules, amtool check-config): taken out of Debian's packages into .venv/bin, without installing the
+# daemons here (the prometheus package would start one).
+if [ "$EXTRAS" = test ] && ! { [ -x .venv/bin/promtool ] && [ -x .venv/bin/amtool ]; }; then
+  echo "setup: promtool and amtool from Debian's prometheus and prometheus-alertmanager packages"
+  tools=$(mktemp -d)
+  if ! (cd "$tools" && apt-get download prometheus prometheus-alertmanager) >.megaprov/setup-apt.log 2>&1; then
+    echo "setup: apt-get download prometheus prometheus-alertmanager failed; the end of .megaprov/setup-apt.log:" >&2
+    tail -n 20 .megaprov/setup-apt.log >&2
+    exit 1
+  fi
+  for deb in "$tools"/*.deb; do dpkg-deb -x "$deb" "$tools/root"; done
+  install -m 0755 "$tools/root/usr/bin/promtool" "$tools/root/usr/bin/amtool" .venv/bin/
+  rm -rf "$tools"
+fi
 .venv/bin/megaprov lab image

@@ -462,6 +462,14 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         "# The head's package cache: every node's apt downloads through it, the wheelhouse is indexed there.\n"
         "megaprov_package_cache: true\n"
         f"package_cache_wheelhouse: {LAB_WHEELHOUSE}\n"
+        "# Prometheus, the alert rules and Alertmanager on the head, node-exporter everywhere, journals to the head; the\n"
+        "# head's alert recorder keeps what fired (/var/lib/megaprov-alerts/alerts.jsonl).\n"
+        "megaprov_observe: true\n"
+        "prometheus_alert_recorder: true\n"
+        "# The containers cannot make systemd-journal-upload's dynamic-user mount namespace: a static user instead.\n"
+        "central_logs_sandbox: false\n"
+        "# Grafana's repository is out of reach: its data source and megaprov's dashboards are only provisioned.\n"
+        'grafana_apt_repo: ""\n'
         "# This machine sees the nodes' shared directory as the volume's directory.\n"
         f"megaprov_controller_shared_dir: {shared}\n"
     )

@@ -20,6 +20,11 @@ STAGES: tuple[tuple[str, str], ...] = (
         "scheduler",
         "optional (megaprov_scheduler: slurm): munge, one cluster key; Slurm configless, GPU gres, health check; sinfo, srun, gres checked",
     ),
+    (
+        "observe",
+        "optional (megaprov_observe: true): node-exporter with GPU and training-job collectors, journals to the head;"
+        " Prometheus, alert rules, Alertmanager, Grafana dashboards",
+    ),
 )
 ROLE_TAGS: tuple[str, ...] = (
     "preflight",
@@ -75,5 +80,20 @@ ROLE_TAGS: tuple[str, ...] = (
     "slurm_install",
     "slurm_configure",
     "slurm_check",
+    "node_exporter",
+    "node_exporter_install",
+    "node_exporter_configure",
+    "node_exporter_check",
+    "central_logs",
+    "central_logs_install",
+    "central_logs_configure",
+    "central_logs_check",
+    "prometheus",
+    "prometheus_install",
+    "prometheus_configure",
+    "prometheus_check",
+    "grafana",
+    "grafana_install",
+    "grafana_configure",
 )
 KNOWN_TAGS: frozenset[str] = frozenset({name for name, _ in STAGES} | set(ROLE_TAGS) | {"always", "never", "all"})

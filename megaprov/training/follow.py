@@ -324,17 +324,59 @@ def metrics_record(it: Iteration) -> dict[str, Any]:
     return record
 
 
-def prometheus_text(job: str, log: JobLog, state: str) -> str:
-    """A node_exporter textfile (point its --collector.textfile.directory at the job's metrics directory)."""
+# The training-stalled alert fires when no iteration was logged for this long: STALL_STEPS x the median time between two
+# logged iterations, and never less than STALL_MIN_SECONDS (a checkpoint save or a restart's start-up is not a stall).
+STALL_STEPS = 10
+STALL_MIN_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What the job is held to, exported beside its metrics for the alert rules and dashboards: the verdict's
+    expectation and floor, the checkpoint interval, the GPU utilisation floor and how often Megatron logs."""
+
+    expected_tokens_per_second: float = 0.0
+    tokens_per_second_floor: float = 0.0
+    save_interval: int = 0
+    gpu_utilization_floor: float = 0.0
+    log_interval: int = 1
+
+
+def stall_after(log: JobLog, log_interval: int) -> float:
+    """Seconds without a new iteration after which the job counts as stalled. Pure."""
+    steps = [it.ms_per_iteration for it in log.series()[-20:] if it.ms_per_iteration]
+    median = sorted(steps)[len(steps) // 2] / 1000.0 if steps else 0.0
+    return max(STALL_MIN_SECONDS, STALL_STEPS * max(1, log_interval) * median)
+
+
+def _sample_value(value: float) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, float) and math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def prometheus_text(job: str, log: JobLog, state: str, targets: Targets | None = None) -> str:
+    """The job's metrics in Prometheus's text format, labelled job and node (the node whose log carries the
+    iterations): the observe stage's training-job collector on the head gathers them into node-exporter."""
+    targets = targets or Targets()
     last = log.iterations.get(log.furthest)
-    label = f'{{job_name="{job}"}}'
+    label = f'{{job="{job}",node="{log.iteration_host or "unknown"}"}}'
     rows: list[tuple[str, str, float]] = [
         ("megaprov_job_iteration", "Latest training iteration logged", log.furthest),
         ("megaprov_job_train_iterations", "Iterations the job trains for", log.total),
         ("megaprov_job_restarts_total", "Restarts that resumed from a checkpoint", len(log.restarts)),
         ("megaprov_job_checkpoint_iteration", "Latest iteration saved in a checkpoint", max(log.saves, default=0)),
         ("megaprov_job_running", "1 while the job runs", 1 if state == "running" else 0),
+        ("megaprov_job_expected_tokens_per_second", "Throughput the verdict expects", targets.expected_tokens_per_second),
+        ("megaprov_job_tokens_per_second_floor", "Throughput below which the job is too slow", targets.tokens_per_second_floor),
+        ("megaprov_job_save_interval_iterations", "Iterations between two checkpoints", targets.save_interval),
+        ("megaprov_job_gpu_utilization_floor_ratio", "GPU utilisation the job must keep", targets.gpu_utilization_floor),
+        ("megaprov_job_stall_after_seconds", "Seconds without an iteration that make it stalled", round(stall_after(log, targets.log_interval), 3)),
     ]
+    if log.last_seen:
+        rows.append(("megaprov_job_last_progress_timestamp_seconds", "When the latest iteration was read (unix time)", round(log.last_seen, 3)))
     if last is not None:
         for name, help_text, value in (
             ("megaprov_job_loss", "lm loss of the latest iteration", last.loss),
@@ -346,26 +388,27 @@ def prometheus_text(job: str, log: JobLog, state: str) -> str:
                 rows.append((name, help_text, value))
     out = []
     for name, help_text, value in rows:
-        out += [f"# HELP {name} {help_text}", f"# TYPE {name} {'counter' if name.endswith('_total') else 'gauge'}", f"{name}{label} {value}"]
+        kind = "counter" if name.endswith("_total") else "gauge"
+        out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{label} {_sample_value(value)}"]
     return "\n".join(out) + "\n"
 
 
-def append_metrics(directory: Path, job: str, new: list[Iteration], log: JobLog, state: str) -> None:
+def append_metrics(directory: Path, job: str, new: list[Iteration], log: JobLog, state: str, targets: Targets | None = None) -> None:
     """While following: the new iterations appended to metrics.jsonl (after a restart an iteration comes again with
     a higher ``attempt``; the later line wins) and metrics.prom replaced. Cost per poll: what is new, not the run."""
     with as_owner_of(directory):
         if new:
             with (directory / "metrics.jsonl").open("a") as handle:
                 handle.write("".join(json.dumps(metrics_record(it)) + "\n" for it in new))
-        _atomic(directory / "metrics.prom", prometheus_text(job, log, state))
+        _atomic(directory / "metrics.prom", prometheus_text(job, log, state, targets))
 
 
-def write_metrics(directory: Path, job: str, log: JobLog, state: str) -> None:
+def write_metrics(directory: Path, job: str, log: JobLog, state: str, targets: Targets | None = None) -> None:
     """At the end: metrics.jsonl with one line per iteration (the latest attempt's) and metrics.prom, replaced whole."""
     directory.mkdir(parents=True, exist_ok=True)
     with as_owner_of(directory):
         _atomic(directory / "metrics.jsonl", "".join(json.dumps(metrics_record(it)) + "\n" for it in log.series()))
-        _atomic(directory / "metrics.prom", prometheus_text(job, log, state))
+        _atomic(directory / "metrics.prom", prometheus_text(job, log, state, targets))
 
 
 def utc_now() -> str:

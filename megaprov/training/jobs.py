@@ -481,6 +481,7 @@ def follow_job(
     quiet: bool = False,
     log_interval: int = 1,
     on_waiting: Callable[[str], None] | None = None,
+    targets: follow.Targets | None = None,
 ) -> Outcome:
     """Follow the job's node logs until it finished, failed for good, stalled or the operator detached. The nodes
     whose logs are read come from the launcher (a Slurm job's appear as its allocation starts them). While no node
@@ -515,7 +516,7 @@ def follow_job(
                         new.append(it)
             if news:
                 last_news = time.monotonic()
-                follow.append_metrics(job.local_dir, job.name, new, log, "running")
+                follow.append_metrics(job.local_dir, job.name, new, log, "running", targets)
                 if log.furthest != shown and log.furthest:
                     shown = log.furthest
                     on_progress(_progress(job.name, log))
@@ -594,6 +595,18 @@ def expected_throughput(spec: JobSpec, planned: Plan) -> tuple[float, str]:
     return planned.tokens_per_second, f"the plan's estimate at MFU {planned.mfu_assumed:.1%}{rate}"
 
 
+def metrics_targets(spec: JobSpec, planned: Plan) -> follow.Targets:
+    """What the job's exported metrics are held to (the alert rules and dashboards read them beside the metrics)."""
+    expected, _ = expected_throughput(spec, planned)
+    return follow.Targets(
+        expected_tokens_per_second=round(expected, 3),
+        tokens_per_second_floor=round(expected * spec.verify.throughput_tolerance, 3),
+        save_interval=spec.checkpoint.save_interval,
+        gpu_utilization_floor=spec.verify.gpu_utilization,
+        log_interval=spec.train.log_interval,
+    )
+
+
 def conclude(
     job: Job, spec: JobSpec, planned: Plan, outcome: Outcome, gpu_nodes: bool, timing: dict[str, Any]
 ) -> tuple[verdict.Verdict, dict[str, Any], dict[str, Path]]:
@@ -621,7 +634,7 @@ def conclude(
     meta = json.loads((job.local_dir / "job.json").read_text())
     commands = {p.stem: p.read_text() for p in sorted((job.local_dir / "launch").glob("*.sh"))}
     report = verdict.report_dict(meta, judged, log, measured, commands, timing)
-    follow.write_metrics(job.local_dir, job.name, log, outcome.state)
+    follow.write_metrics(job.local_dir, job.name, log, outcome.state, metrics_targets(spec, planned))
     paths = verdict.write_report(job.local_dir, report, log.series())
     set_state(job, outcome.state, verdict="passed" if judged.passed else "failed", ended=follow.utc_now())
     return judged, report, paths

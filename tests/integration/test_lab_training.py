@@ -67,7 +67,7 @@ def test_two_nodes_train_and_pass_the_verdict(cluster, tmp_path):
     assert report["loss"]["last"] < report["loss"]["first"] - 1.0
     assert report["job"]["hosts"] == ["node1", "node2"]  # data parallel across two nodes
     assert (job / "report.png").read_bytes()[:4] == b"\x89PNG" and "torch.distributed.run" in (job / "report.md").read_text()
-    assert 'megaprov_job_iteration{job_name="tiny-dp2"} 60' in (job / "metrics.prom").read_text()
+    assert 'megaprov_job_iteration{job="tiny-dp2",node="node2"} 60' in (job / "metrics.prom").read_text()
     ckpt = cluster["shared"] / "checkpoints" / "tiny-dp2"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "60"
     assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_0000020", "iter_0000040", "iter_0000060"]

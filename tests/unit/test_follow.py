@@ -225,7 +225,7 @@ def test_metrics_files(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [1, 2, 3, 4, 5, 6] and records[-1]["loss"] == "nan"
     prom = (tmp_path / "metrics.prom").read_text()
-    assert 'megaprov_job_iteration{job_name="job-a"} 6' in prom and "# TYPE megaprov_job_restarts_total counter" in prom
+    assert 'megaprov_job_iteration{job="job-a",node="node2"} 6' in prom and "# TYPE megaprov_job_restarts_total counter" in prom
     assert not list(tmp_path.glob(".*.tmp"))
     # while following, only what is new is appended; a re-logged iteration after a restart comes again, later wins
     (tmp_path / "metrics.jsonl").write_text("")
@@ -408,41 +408,46 @@ def test_metrics_record_and_the_prometheus_text():
     )
     log.saves = [5, 3]
     log.restarts = [follow.Restart(0.0, 7, 5)]
-    assert follow.prometheus_text("job-a", log, "running") == (
-        "# HELP megaprov_job_iteration Latest training iteration logged\n"
-        "# TYPE megaprov_job_iteration gauge\n"
-        'megaprov_job_iteration{job_name="job-a"} 7\n'
-        "# HELP megaprov_job_train_iterations Iterations the job trains for\n"
-        "# TYPE megaprov_job_train_iterations gauge\n"
-        'megaprov_job_train_iterations{job_name="job-a"} 60\n'
-        "# HELP megaprov_job_restarts_total Restarts that resumed from a checkpoint\n"
-        "# TYPE megaprov_job_restarts_total counter\n"
-        'megaprov_job_restarts_total{job_name="job-a"} 1\n'
-        "# HELP megaprov_job_checkpoint_iteration Latest iteration saved in a checkpoint\n"
-        "# TYPE megaprov_job_checkpoint_iteration gauge\n"
-        'megaprov_job_checkpoint_iteration{job_name="job-a"} 5\n'
-        "# HELP megaprov_job_running 1 while the job runs\n"
-        "# TYPE megaprov_job_running gauge\n"
-        'megaprov_job_running{job_name="job-a"} 1\n'
-        "# HELP megaprov_job_loss lm loss of the latest iteration\n"
-        "# TYPE megaprov_job_loss gauge\n"
-        'megaprov_job_loss{job_name="job-a"} 4.5\n'
-        "# HELP megaprov_job_tokens_per_second Cluster throughput of the latest iteration\n"
-        "# TYPE megaprov_job_tokens_per_second gauge\n"
-        'megaprov_job_tokens_per_second{job_name="job-a"} 128.0\n'
-        "# HELP megaprov_job_tflops_per_gpu TFLOP/s per GPU of the latest iteration\n"
-        "# TYPE megaprov_job_tflops_per_gpu gauge\n"
-        'megaprov_job_tflops_per_gpu{job_name="job-a"} 2.5\n'
-        "# HELP megaprov_job_iteration_seconds Time per iteration\n"
-        "# TYPE megaprov_job_iteration_seconds gauge\n"
-        'megaprov_job_iteration_seconds{job_name="job-a"} 0.25\n'
+    targets = follow.Targets(
+        expected_tokens_per_second=150.0, tokens_per_second_floor=120.0, save_interval=5, gpu_utilization_floor=0.8, log_interval=2
     )
+    text = follow.prometheus_text("job-a", log, "running", targets)
+    samples = {line.split("{")[0]: line for line in text.splitlines() if not line.startswith("#")}
+    lab = '{job="job-a",node="n"}'
+    assert samples == {
+        name: f"{name}{lab} {value}"
+        for name, value in {
+            "megaprov_job_iteration": "7",
+            "megaprov_job_train_iterations": "60",
+            "megaprov_job_restarts_total": "1",
+            "megaprov_job_checkpoint_iteration": "5",
+            "megaprov_job_running": "1",
+            "megaprov_job_expected_tokens_per_second": "150.0",
+            "megaprov_job_tokens_per_second_floor": "120.0",
+            "megaprov_job_save_interval_iterations": "5",
+            "megaprov_job_gpu_utilization_floor_ratio": "0.8",
+            "megaprov_job_stall_after_seconds": "60.0",  # 10 x 2 x 0.25 s is below the floor
+            "megaprov_job_loss": "4.5",
+            "megaprov_job_tokens_per_second": "128.0",
+            "megaprov_job_tflops_per_gpu": "2.5",
+            "megaprov_job_iteration_seconds": "0.25",
+        }.items()
+    }  # no last-progress time: the line was read at time 0
+    assert "# TYPE megaprov_job_restarts_total counter\n" in text and "# TYPE megaprov_job_loss gauge\n" in text
+    assert text.count("# HELP ") == text.count("# TYPE ") == len(samples)
+    slow = follow.JobLog(seq_length=16)
+    for i in range(1, 8):
+        slow.feed("n2", f" iteration {i}/ 60 | elapsed time per iteration (ms): {9000.0 + i} | lm loss: nan |", 1000.0 + i)
+    slow_text = follow.prometheus_text("j", slow, "running", follow.Targets(log_interval=1))
+    assert 'megaprov_job_stall_after_seconds{job="j",node="n2"} 90.04\n' in slow_text  # 10 x the median 9.004 s
+    assert 'megaprov_job_last_progress_timestamp_seconds{job="j",node="n2"} 1007.0\n' in slow_text
+    assert 'megaprov_job_loss{job="j",node="n2"} NaN\n' in slow_text
     empty = follow.prometheus_text("j", follow.JobLog(seq_length=16), "finished")
-    assert 'megaprov_job_running{job_name="j"} 0\n' in empty and 'megaprov_job_checkpoint_iteration{job_name="j"} 0\n' in empty
+    assert 'megaprov_job_running{job="j",node="unknown"} 0\n' in empty and 'megaprov_job_checkpoint_iteration{job="j",node="unknown"} 0\n' in empty
     assert "megaprov_job_loss" not in empty and "iteration_seconds" not in empty
     untimed = follow.JobLog(seq_length=16)
     untimed.feed("n", " iteration 1/ 60 | lm loss: 4.5 |", 0)  # no time logged: 0 s, not a made-up one
-    assert 'megaprov_job_iteration_seconds{job_name="j"} 0.0\n' in follow.prometheus_text("j", untimed, "running")
+    assert 'megaprov_job_iteration_seconds{job="j",node="n"} 0.0\n' in follow.prometheus_text("j", untimed, "running")
 
 
 def test_metrics_go_into_a_new_directory_and_append_writes_nothing_new_when_nothing_is(tmp_path):
@@ -450,13 +455,13 @@ def test_metrics_go_into_a_new_directory_and_append_writes_nothing_new_when_noth
     feed_run(log, "n", [1, 2], 1.0)
     target = tmp_path / "a" / "metrics"
     follow.write_metrics(target, "j", log, "running")
-    assert 'megaprov_job_running{job_name="j"} 1' in (target / "metrics.prom").read_text()
+    assert 'megaprov_job_running{job="j",node="n"} 1' in (target / "metrics.prom").read_text()
     assert [json.loads(line)["iteration"] for line in (target / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     follow.append_metrics(target, "j", [], log, "running")
-    assert 'megaprov_job_running{job_name="j"} 1' in (target / "metrics.prom").read_text()
+    assert 'megaprov_job_running{job="j",node="n"} 1' in (target / "metrics.prom").read_text()
     follow.append_metrics(target, "j", [], log, "finished")
     assert len((target / "metrics.jsonl").read_text().splitlines()) == 2
-    assert 'megaprov_job_running{job_name="j"} 0' in (target / "metrics.prom").read_text()
+    assert 'megaprov_job_running{job="j",node="n"} 0' in (target / "metrics.prom").read_text()
     assert sorted(p.name for p in target.iterdir()) == ["metrics.jsonl", "metrics.prom"]
 
 

@@ -1,0 +1,1 @@
+"""Operating a provisioned cluster: what the observe stage shows (Grafana dashboards generated from Python)."""

@@ -1,0 +1,254 @@
+"""``megaprov top``: a live view of the cluster from Prometheus's HTTP API (the observe stage) for sites without
+Grafana: nodes (up, load, memory, GPUs present against expected, GPU utilisation and memory), running jobs (iteration,
+loss, tokens/s against the plan, time since the last iteration) and firing alerts. Queries and folding are pure; the
+one HTTP call is bounded in time and size."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from megaprov.cluster import inventory as inv
+from megaprov.errors import EnvironmentProblem, UsageError
+
+TIMEOUT = 5.0
+MAX_BODY = 8 * 1024 * 1024
+
+# name -> PromQL; each answers one instant vector
+QUERIES: dict[str, str] = {
+    "up": 'up{job="node"}',
+    "load1": 'node_load1{job="node"}',
+    "cpus": 'count by (node) (node_cpu_seconds_total{job="node",mode="idle"})',
+    "mem_used": '1 - node_memory_MemAvailable_bytes{job="node"} / node_memory_MemTotal_bytes{job="node"}',
+    "gpus_expected": "megaprov_node_gpus_expected",
+    "gpus": "count by (node) (count by (node, gpu) (megaprov_gpu_info))",
+    "gpu_util": "avg by (node) (megaprov_gpu_utilization_ratio)",
+    "gpu_mem": "sum by (node) (megaprov_gpu_memory_used_bytes) / sum by (node) (megaprov_gpu_memory_total_bytes)",
+    "job_running": "megaprov_job_running == 1",
+    "job_iteration": "megaprov_job_iteration",
+    "job_total": "megaprov_job_train_iterations",
+    "job_loss": "megaprov_job_loss",
+    "job_tokens": "megaprov_job_tokens_per_second",
+    "job_expected": "megaprov_job_expected_tokens_per_second",
+    "job_since": "time() - megaprov_job_last_progress_timestamp_seconds",
+    "job_restarts": "megaprov_job_restarts_total",
+    "alerts": 'ALERTS{alertstate="firing"}',
+}
+
+
+@dataclass
+class NodeRow:
+    node: str
+    up: bool
+    load1: float | None = None
+    cpus: int | None = None
+    mem_used: float | None = None
+    gpus: int = 0
+    gpus_expected: int = 0
+    gpu_util: float | None = None
+    gpu_mem: float | None = None
+
+
+@dataclass
+class JobRow:
+    job: str
+    node: str
+    iteration: int = 0
+    total: int = 0
+    loss: float | None = None
+    tokens_per_second: float | None = None
+    expected: float | None = None
+    since_progress: float | None = None
+    restarts: int = 0
+
+
+@dataclass
+class AlertRow:
+    name: str
+    severity: str
+    where: str
+
+
+@dataclass
+class Snapshot:
+    url: str
+    nodes: list[NodeRow] = field(default_factory=list)
+    jobs: list[JobRow] = field(default_factory=list)
+    alerts: list[AlertRow] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {
+            "prometheus": self.url,
+            "nodes": [asdict(n) for n in self.nodes],
+            "jobs": [asdict(j) for j in self.jobs],
+            "alerts": [asdict(a) for a in self.alerts],
+        }
+
+
+def _value(sample: dict[str, Any]) -> float | None:
+    try:
+        number = float(sample["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) or math.isnan(number) else None
+
+
+def _by(results: list[dict[str, Any]], *labels: str) -> dict[tuple[str, ...], float | None]:
+    return {tuple(str(r.get("metric", {}).get(label, "")) for label in labels): _value(r) for r in results}
+
+
+def fold(url: str, answers: dict[str, list[dict[str, Any]]]) -> Snapshot:
+    """The snapshot from each query's result vector. Pure."""
+    snap = Snapshot(url)
+    up = _by(answers.get("up", []), "node")
+    per_node = {name: _by(answers.get(name, []), "node") for name in ("load1", "cpus", "mem_used", "gpus_expected", "gpus", "gpu_util", "gpu_mem")}
+    for (node,) in sorted(up):
+
+        def get(name: str, node: str = node) -> float | None:
+            return per_node[name].get((node,))
+
+        snap.nodes.append(
+            NodeRow(
+                node,
+                up.get((node,)) == 1.0,
+                get("load1"),
+                int(get("cpus") or 0) or None,
+                get("mem_used"),
+                int(get("gpus") or 0),
+                int(get("gpus_expected") or 0),
+                get("gpu_util"),
+                get("gpu_mem"),
+            )
+        )
+    series = {name: _by(answers.get(name, []), "job", "node") for name in QUERIES if name.startswith("job_")}
+    for job, node in sorted(series["job_running"]):
+
+        def jget(name: str, key: tuple[str, str] = (job, node)) -> float | None:
+            return series[name].get(key)
+
+        snap.jobs.append(
+            JobRow(
+                job,
+                node,
+                int(jget("job_iteration") or 0),
+                int(jget("job_total") or 0),
+                jget("job_loss"),
+                jget("job_tokens"),
+                jget("job_expected"),
+                jget("job_since"),
+                int(jget("job_restarts") or 0),
+            )
+        )
+    order = {"critical": 0, "warning": 1}
+    for r in answers.get("alerts", []):
+        labels = r.get("metric", {})
+        where = ", ".join(
+            f"{k}={labels[k]}" for k in ("node", "gpu", "job", "mountpoint") if labels.get(k) and not (k == "job" and labels[k] == "node")
+        )
+        snap.alerts.append(AlertRow(str(labels.get("alertname", "?")), str(labels.get("severity", "")), where))
+    snap.alerts.sort(key=lambda a: (order.get(a.severity, 2), a.name, a.where))
+    return snap
+
+
+def prometheus_url(found: inv.Inventory, override: str | None) -> str:
+    """Where Prometheus answers: --url, else the head's prometheus_listen_address (or its ansible_host) and
+    prometheus_port from the inventory. Pure."""
+    if override:
+        parsed = urllib.parse.urlparse(override)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc or len(override) > 500:
+            raise UsageError(f"--url {override!r} is not an http(s) URL", "give Prometheus's address, e.g. http://10.0.0.1:9090")
+        return override.rstrip("/")
+    if not inv.as_bool(found.host_var(found.head, "megaprov_observe", False)):
+        raise UsageError(
+            f"the observe stage is off in {found.path}: there is no Prometheus to read",
+            "set megaprov_observe: true and run `megaprov bootstrap INVENTORY --tags observe`, or pass --url",
+        )
+    host = str(found.host_var(found.head, "prometheus_listen_address", "") or found.host_var(found.head, "ansible_host", found.head))
+    port = int(found.host_var(found.head, "prometheus_port", 9090))
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def ask(url: str, expr: str) -> list[dict[str, Any]]:
+    """One instant query; the result vector."""
+    target = f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    try:
+        with urllib.request.urlopen(target, timeout=TIMEOUT) as response:  # noqa: S310 (an http(s) URL, checked above)
+            body = response.read(MAX_BODY + 1)
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EnvironmentProblem(
+            f"top: Prometheus at {url} does not answer ({reason})",
+            "it listens on the cluster network only: run this where that network is reachable, or tunnel it "
+            "(ssh -L 9090:HEAD_ADDRESS:9090 HEAD) and pass --url http://localhost:9090",
+        ) from None
+    if len(body) > MAX_BODY:
+        raise EnvironmentProblem(f"top: Prometheus at {url} answered more than {MAX_BODY} bytes for {expr}", "this is not megaprov's Prometheus")
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise EnvironmentProblem(f"top: {url} does not answer as Prometheus does (not JSON)", "pass --url with Prometheus's address") from None
+    if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data", {}).get("result"), list):
+        raise EnvironmentProblem(f"top: Prometheus at {url} refused {expr}: {str(doc)[:200]}", "check its version (2.x) and --url")
+    return list(doc["data"]["result"])
+
+
+def snapshot(url: str) -> Snapshot:
+    return fold(url, {name: ask(url, expr) for name, expr in QUERIES.items()})
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.0%}"
+
+
+def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if value is None else ("nan" if math.isnan(value) else fmt.format(value))
+
+
+def render(snap: Snapshot) -> Any:
+    """The rich renderable of a snapshot: three tables (every cell plain text, never markup). Pure."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    nodes = Table(title=f"nodes ({snap.url})", title_justify="left", expand=False)
+    for column in ("node", "up", "load", "mem", "GPUs", "GPU util", "GPU mem"):
+        nodes.add_column(column)
+    for n in snap.nodes:
+        gpus = f"{n.gpus}/{n.gpus_expected}" if n.gpus_expected else str(n.gpus or "-")
+        nodes.add_row(
+            Text(n.node),
+            Text("up" if n.up else "DOWN", style="" if n.up else "bold red"),
+            Text(f"{_num(n.load1, '{:.1f}')}/{n.cpus or '-'}"),
+            Text(_pct(n.mem_used)),
+            Text(gpus, style="bold red" if n.gpus < n.gpus_expected else ""),
+            Text(_pct(n.gpu_util)),
+            Text(_pct(n.gpu_mem)),
+        )
+    jobs = Table(title="running jobs", title_justify="left")
+    for column in ("job", "iteration", "loss", "tokens/s", "of plan", "last iteration", "restarts"):
+        jobs.add_column(column)
+    for j in snap.jobs:
+        share = j.tokens_per_second / j.expected if j.tokens_per_second is not None and j.expected else None
+        jobs.add_row(
+            Text(j.job),
+            Text(f"{j.iteration}/{j.total}" if j.total else str(j.iteration)),
+            Text(_num(j.loss, "{:.3f}")),
+            Text(_num(j.tokens_per_second)),
+            Text(_pct(share)),
+            Text("-" if j.since_progress is None else f"{j.since_progress:.0f} s ago"),
+            Text(str(j.restarts)),
+        )
+    alerts = Table(title="firing alerts", title_justify="left")
+    for column in ("alert", "severity", "where"):
+        alerts.add_column(column)
+    for a in snap.alerts:
+        alerts.add_row(Text(a.name), Text(a.severity, style="bold red" if a.severity == "critical" else "yellow"), Text(a.where))
+    parts: list[Any] = [nodes, jobs if snap.jobs else Text("running jobs: none"), alerts if snap.alerts else Text("firing alerts: none")]
+    return Group(*parts)
