@@ -44,6 +44,7 @@ MOLECULE_SECONDS = {  # as measured with the whole suite running side by side (s
     "common": 810,
     "nccl": 740,
     "slurm": 715,
+    "observe": 700,  # a first estimate (its own run: 470 s); NodeDown and TrainingStalled are the lab's (test_lab_observe)
     "python_stack": 690,
     "nfs": 665,
     "nvidia_driver": 555,
