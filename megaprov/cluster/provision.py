@@ -25,6 +25,8 @@ FABRIC_ACTION = "megaprov.cluster.rdma_facts"
 GPU_ACTION = "megaprov.cluster.gpu_state"
 NCCL_ACTION = "megaprov.cluster.nccl_check"
 SLURM_ACTION = "megaprov.cluster.slurm_check"
+# The observe stage's summary: the prometheus role's last task, a debug message "observe: ..." (collected by its name)
+OBSERVE_TASK = "Say what Prometheus watches"
 COMPUTE_ACTION = "megaprov.cluster.compute_rate"
 PROOF_ACTION = "megaprov.cluster.proof"
 
@@ -55,6 +57,7 @@ class Report:
     gpu: dict[str, str] = field(default_factory=dict)  # host -> what the driver stage found
     nccl: list[str] = field(default_factory=list)  # one line per all_reduce_perf run
     slurm: list[str] = field(default_factory=list)  # the scheduler stage's check, from the controller
+    observe: list[str] = field(default_factory=list)  # the observe stage's summary, from the head
     compute: dict[str, str] = field(default_factory=dict)  # host -> its measured GEMM rate (stored and this run's)
     stages: list[dict[str, Any]] = field(default_factory=list)  # stage, seconds: where the time went, in order
     proofs: list[dict[str, Any]] = field(default_factory=list)  # host, name, valid, reason, verified_at: each proof asked
@@ -264,7 +267,17 @@ def proof_lines(proofs: list[dict[str, Any]], verify: bool) -> list[str]:
 
 def bootstrap(request: Request) -> Report:
     spec, inventory = prepare(request, "bootstrap.yml", "bootstrap")
-    collect = (FACTS_ACTION, MESH_ACTION, SHARED_ACTION, FABRIC_ACTION, GPU_ACTION, NCCL_ACTION, COMPUTE_ACTION, SLURM_ACTION)
+    collect = (
+        FACTS_ACTION,
+        MESH_ACTION,
+        SHARED_ACTION,
+        FABRIC_ACTION,
+        GPU_ACTION,
+        NCCL_ACTION,
+        COMPUTE_ACTION,
+        SLURM_ACTION,
+        "ansible.builtin.debug",
+    )
     result = _execute(request, spec, inventory, (*collect, PROOF_ACTION))
     expanded, proofs = expand_proofs(result.results, collect)
     result = dataclasses.replace(result, results=expanded)
@@ -279,6 +292,11 @@ def bootstrap(request: Request) -> Report:
     ]
     slurm = [
         str(item.res["summary"]) + _step_note(item.host, proofs) for item in result.results if item.action == SLURM_ACTION and "summary" in item.res
+    ]
+    observe = [
+        str(item.res["msg"]).removeprefix("observe: ")
+        for item in result.results
+        if item.action == "ansible.builtin.debug" and item.task == OBSERVE_TASK and isinstance(item.res.get("msg"), str)
     ]
     mesh = sorted(
         ({**pair, "cached": item.res.get("cached", "")} for item in _of(result, MESH_ACTION) for pair in item.res.get("pairs", [])),
@@ -314,6 +332,7 @@ def bootstrap(request: Request) -> Report:
         gpu=gpu,
         nccl=nccl,
         slurm=slurm,
+        observe=observe,
         compute=_compute(inventory, result),
         stages=stages,
         proofs=proofs,
@@ -441,6 +460,8 @@ def render_bootstrap(report: Report) -> None:
         out.print(f"nccl: {line}", markup=False)
     for line in report.slurm:
         out.print(f"slurm: {line}", markup=False)
+    for line in report.observe:
+        out.print(f"observe: {line}", markup=False)
     for host, line in sorted(report.compute.items()):
         out.print(f"compute: {host}: {line}", markup=False)
     for line in proof_lines(report.proofs, report.verify):

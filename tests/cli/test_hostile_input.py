@@ -433,3 +433,33 @@ def test_job_directories_are_printed_without_control_characters(capsys, tmp_path
     code, out, err = run(capsys, "jobs", "-i", inv)
     assert code == 0, err
     assert "\x1b" not in out and "ok:" in out
+
+
+# ---- megaprov logs and megaprov top (the observe stage)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (("--since", "$(touch /tmp/megaprov-canary-cli)"), "--since"),
+        (("--since", "1h; id"), "--since"),
+        (("--grep", "("), "--grep"),
+        (("--grep", "a\nb"), "--grep"),
+        (("--node", "n9"), "--node n9 is not a host"),
+        (("--lines", "0"), "--lines"),
+    ],
+)
+def test_hostile_logs_arguments_exit_2_before_ansible(capsys, tmp_path, argv, needle):
+    path = inventory(tmp_path, all_vars="megaprov_observe: true\n")
+    usage(capsys, "logs", "-i", path, *argv, needle=needle)
+
+
+def test_logs_and_top_say_when_the_observe_stage_is_off(capsys, tmp_path):
+    path = inventory(tmp_path)
+    usage(capsys, "logs", "-i", path, needle="the observe stage is off")
+    usage(capsys, "top", "-i", path, "--once", needle="the observe stage is off")
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "gopher://x", "http://", "javascript:alert(1)"])
+def test_top_takes_only_an_http_url(capsys, tmp_path, url):
+    usage(capsys, "top", "-i", inventory(tmp_path), "--url", url, "--once", needle="--url")

@@ -75,8 +75,12 @@ def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
         "python",
         "nccl",
         "scheduler",
+        "observe",
     ]
     assert all(s["seconds"] >= 0 for s in again["result"]["stages"])
+    # the observe stage (the lab enables it): every node's exporter scraped and up, node3 too after its restart
+    (observe,) = again["result"]["observe"]
+    assert "scrapes 3 node-exporter(s), all up" in observe and "alert rule(s)" in observe, observe
     # Slurm (the lab enables the scheduler stage): every node up, a step on all of them, their stand-in GPUs as gres
     [slurm] = again["result"]["slurm"]
     # The step ran when the lab was bootstrapped; nothing it depends on changed since, so its proof stands (test_proofs below).
