@@ -17,9 +17,12 @@ if [ -z "${MEGAPROV_SKIP_PY312:-}" ] && [ -n "$PY312" ] && [ "$(.venv/bin/python
   if [ ! -f "$stamp312" ]; then
     [ -x .venv312/bin/python ] || "$PY312" -m venv .venv312
     # No torch here (its CPU wheel on this disk is for 3.11): the data tests skip, saying so.
-    .venv312/bin/pip install -q -e ".[mitogen]" pytest hypothesis
+    # grafana-foundation-sdk: test_dashboards checks the dashboards against Grafana's schema (the pin of the test extras)
+    .venv312/bin/pip install -q -e ".[mitogen]" pytest hypothesis "$(grep -o '"grafana-foundation-sdk==[^"]*"' pyproject.toml | tr -d '"')"
     touch "$stamp312"
   fi
+  # promtool and amtool, which setup.sh takes out of Debian's packages, for test_alert_rules
+  for tool in promtool amtool; do if [ -x ".venv/bin/$tool" ]; then cp -f ".venv/bin/$tool" .venv312/bin/; fi; done
   # They run beside the main session (a few minutes of CPU that would otherwise lead it); their output is shown at the end.
   echo "test: unit and CLI tests on $(.venv312/bin/python --version), beside the main run (log: .megaprov/test-py312.log)"
   mkdir -p .megaprov
