@@ -470,6 +470,7 @@ OFFLINE_SOURCES: tuple[tuple[str, str, Any], ...] = (
     ("nccl_tests_repo", "nccl_tests", True),
     ("megatron_repo", "megatron_checkout", True),
     ("apex_repo", "apex_enabled", True),
+    ("grafana_apt_repo", "megaprov_observe", True),  # Grafana's own repository ("" provisions the dashboards only)
 )
 # What an offline bundle on the head's package cache provides (megaprov bundle build: git/, wheels/).
 BUNDLED_SOURCES = ("nccl_tests_repo", "megatron_repo", "apex_repo", "pytorch_index_url")
