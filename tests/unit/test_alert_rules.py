@@ -14,65 +14,14 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.metrics import CONTRACT_METRICS
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "ansible_collections/megaprov/cluster/roles/prometheus/files/rules"
 RULES = RULES_DIR / "megaprov.rules.yml"
 RULES_TEST = RULES_DIR / "megaprov.rules.test.yml"
 
-# The metric contract: what node-exporter (with megaprov's textfiles: node, GPU collector, training jobs) and
-# dcgm-exporter export, and Prometheus's own `up`. A name outside it in a rule is a typo, or a metric nobody exports.
-CONTRACT_METRICS = frozenset(
-    {
-        "up",
-        "node_filesystem_avail_bytes",
-        "node_filesystem_size_bytes",
-        # node textfiles
-        "megaprov_node_info",
-        "megaprov_node_gpus_expected",
-        "megaprov_shared_dir_info",
-        # the GPU collector
-        "megaprov_gpu_info",
-        "megaprov_gpu_utilization_ratio",
-        "megaprov_gpu_memory_used_bytes",
-        "megaprov_gpu_memory_total_bytes",
-        "megaprov_gpu_temperature_celsius",
-        "megaprov_gpu_power_watts",
-        "megaprov_gpu_ecc_errors_corrected_volatile_total",
-        "megaprov_gpu_ecc_errors_uncorrected_volatile_total",
-        "megaprov_gpu_remapped_rows_pending",
-        "megaprov_gpu_remapped_rows_failure",
-        "megaprov_gpu_throttle_thermal",
-        "megaprov_gpu_xid_errors_total",
-        "megaprov_gpu_xid_last_timestamp_seconds",
-        "megaprov_gpu_collector_success",
-        "megaprov_gpu_collector_timestamp_seconds",
-        # training jobs
-        "megaprov_job_running",
-        "megaprov_job_iteration",
-        "megaprov_job_train_iterations",
-        "megaprov_job_loss",
-        "megaprov_job_tokens_per_second",
-        "megaprov_job_expected_tokens_per_second",
-        "megaprov_job_tokens_per_second_floor",
-        "megaprov_job_tflops_per_gpu",
-        "megaprov_job_iteration_seconds",
-        "megaprov_job_restarts_total",
-        "megaprov_job_checkpoint_iteration",
-        "megaprov_job_save_interval_iterations",
-        "megaprov_job_last_progress_timestamp_seconds",
-        "megaprov_job_stall_after_seconds",
-        "megaprov_job_gpu_utilization_floor_ratio",
-        # dcgm-exporter's fields
-        "DCGM_FI_DEV_XID_ERRORS",
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "DCGM_FI_DEV_ROW_REMAP_PENDING",
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-        "DCGM_FI_DEV_THERMAL_VIOLATION",
-        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "DCGM_FI_DEV_GPU_UTIL",
-    }
-)
+# The metric contract (tests/helpers/metrics.py): a name outside it in a rule is a typo, or a metric nobody exports.
 # The Xids that must each have an alert (NVIDIA's Xid catalogue: errors that lose a GPU, its memory or its links).
 FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 94, 95, 119, 120})
 # What an operator can be told to do about a GPU.

@@ -43,6 +43,7 @@ from grafana_foundation_sdk.models import dashboard as sdk_dashboard
 from grafana_foundation_sdk.models import units as sdk_units
 
 from megaprov.ops import dashboards as gen
+from tests.helpers.metrics import CONTRACT_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "ansible_collections" / "megaprov" / "cluster" / "roles" / "grafana"
@@ -50,52 +51,7 @@ DASHBOARD_DIR = ROLE / "files" / "dashboards"
 UIDS = {"megaprov-cluster", "megaprov-node", "megaprov-job"}
 DATASOURCE = {"type": "prometheus", "uid": "megaprov-prometheus"}
 
-# The metric contract (what node-exporter, megaprov's textfiles, dcgm-exporter and Prometheus itself provide).
-CONTRACT_METRICS = {
-    # node-exporter and Prometheus
-    "node_cpu_seconds_total",
-    "node_memory_MemAvailable_bytes",
-    "node_memory_MemTotal_bytes",
-    "node_network_receive_bytes_total",
-    "node_network_transmit_bytes_total",
-    "node_filesystem_avail_bytes",
-    "node_filesystem_size_bytes",
-    "up",
-    "ALERTS",
-    # megaprov's node textfile
-    "megaprov_node_info",
-    "megaprov_node_gpus_expected",
-    "megaprov_shared_dir_info",
-    # the GPU collector
-    "megaprov_gpu_info",
-    "megaprov_gpu_utilization_ratio",
-    "megaprov_gpu_memory_used_bytes",
-    "megaprov_gpu_memory_total_bytes",
-    "megaprov_gpu_temperature_celsius",
-    "megaprov_gpu_power_watts",
-    "megaprov_gpu_ecc_errors_uncorrected_volatile_total",
-    "megaprov_gpu_remapped_rows_pending",
-    "megaprov_gpu_throttle_thermal",
-    "megaprov_gpu_xid_errors_total",
-    # dcgm-exporter
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-    "DCGM_FI_PROF_DRAM_ACTIVE",
-    "DCGM_FI_DEV_GPU_UTIL",
-    # the training job collector
-    "megaprov_job_running",
-    "megaprov_job_iteration",
-    "megaprov_job_train_iterations",
-    "megaprov_job_loss",
-    "megaprov_job_tokens_per_second",
-    "megaprov_job_expected_tokens_per_second",
-    "megaprov_job_tokens_per_second_floor",
-    "megaprov_job_tflops_per_gpu",
-    "megaprov_job_iteration_seconds",
-    "megaprov_job_restarts_total",
-    "megaprov_job_checkpoint_iteration",
-    "megaprov_job_save_interval_iterations",
-    "megaprov_job_last_progress_timestamp_seconds",
-}
+# The metric contract: tests/helpers/metrics.py.
 # Labels of those series: megaprov's (node, gpu, job and the info metrics'), node-exporter's own, ALERTS'.
 CONTRACT_LABELS = {"node", "gpu", "job", "role", "mountpoint", "uuid", "name", "pci_bus_id", "xid"}
 CONTRACT_LABELS |= {"mode", "cpu", "device", "fstype", "alertstate", "alertname", "severity"}
