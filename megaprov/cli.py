@@ -503,13 +503,7 @@ def _cmd_logs(args: argparse.Namespace) -> Outcome:
         from megaprov.training import jobs
 
         job = jobs.find(args.job, args.inventory)
-        host = args.node or job.hosts[-1]
-        if host not in job.hosts:
-            raise UsageError(f"--node {host} is not a node of job {job.name}", "use one of " + ", ".join(job.hosts))
-        pattern = re.compile(logs.grep_arg(args.grep)) if args.grep else None
-        path = job.local_dir / "logs" / f"{host}.log"
-        text = path.read_text(errors="replace").splitlines() if path.is_file() else []
-        lines = [line for line in text if pattern is None or pattern.search(line)][-args.lines :]
+        host, lines = jobs.node_log(job, args.node, args.lines, re.compile(logs.grep_arg(args.grep)) if args.grep else None)
         result: dict[str, Any] = {"job": job.name, "node": host, "lines": lines}
     else:
         found = inv.load(args.inventory, paths.roles_dir(), paths.cluster_defaults())
@@ -557,15 +551,7 @@ def _cmd_job_running(args: argparse.Namespace) -> Outcome:
             )
         return Outcome("job stop", {"job": job.name, "state": "stopped"})
     if args.job_command == "logs":
-        from megaprov.training import launchers
-
-        # a Slurm job's nodes are its current allocation's (Slurm chose them), named as Slurm names them
-        nodes = (launchers.of(job.launcher).log_hosts(job) if job.launcher == "slurm" else []) or job.hosts
-        host = args.node or nodes[-1]
-        if host not in nodes:
-            raise UsageError(f"--node {host} is not a node of job {job.name}", "use one of " + ", ".join(nodes))
-        path = job.local_dir / "logs" / f"{host}.log"
-        lines = path.read_text(errors="replace").splitlines()[-args.lines :] if path.is_file() else []
+        host, lines = jobs.node_log(job, args.node, args.lines)
         if not quiet:
             print("\n".join(lines))
         return Outcome("job logs", {"job": job.name, "node": host, "lines": lines}, quiet=not quiet)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import posixpath
+import re
 import shutil
 import statistics
 import tempfile
@@ -426,6 +427,18 @@ def stop(job: Job, quiet: bool) -> None:
 def unit_states(job: Job, quiet: bool) -> dict[str, dict[str, str]]:
     """What the job's launcher says: each node's unit (systemd), or the Slurm job (key ``slurm``)."""
     return launchers.of(job.launcher).states(job, quiet)
+
+
+def node_log(job: Job, node: str | None, lines: int, pattern: re.Pattern[str] | None = None) -> tuple[str, list[str]]:
+    """A node's log of the job (default: the last node, where the last rank prints): its last ``lines`` lines, those
+    matching ``pattern`` where one is given. A Slurm job's nodes are its current allocation's, named as Slurm names them."""
+    nodes = (launchers.of(job.launcher).log_hosts(job) if job.launcher == "slurm" else []) or job.hosts
+    host = node or nodes[-1]
+    if host not in nodes:
+        raise UsageError(f"--node {host} is not a node of job {job.name}", "use one of " + ", ".join(nodes))
+    path = job.local_dir / "logs" / f"{host}.log"
+    text = path.read_text(errors="replace").splitlines() if path.is_file() else []
+    return host, [line for line in text if pattern is None or pattern.search(line)][-lines:]
 
 
 def set_state(job: Job, state: str, **extra: Any) -> None:

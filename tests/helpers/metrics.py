@@ -5,12 +5,11 @@ the names of node-exporter, dcgm-exporter and Prometheus are listed."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 from megaprov.training import follow
+from tests.conftest import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "ansible_collections/megaprov/cluster/roles"
@@ -50,12 +49,7 @@ def _job_metrics() -> set[str]:
 
 
 def _gpu_metrics() -> set[str]:
-    path = ROLES / "node_exporter/files/megaprov_gpu_metrics.py"
-    spec = importlib.util.spec_from_file_location("megaprov_gpu_metrics_contract", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load_module(ROLES / "node_exporter/files/megaprov_gpu_metrics.py", "megaprov_gpu_metrics")
     return {name for name, _kind, _help in module.FAMILIES}
 
 

@@ -4,7 +4,6 @@ one JSON line per alert out, bodies bounded."""
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import json
 import threading
 import urllib.error
@@ -14,6 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.conftest import load_module
 
 SCRIPT = Path(__file__).parents[2] / "ansible_collections/megaprov/cluster/roles/prometheus/files/megaprov_alert_recorder.py"
 
@@ -42,11 +43,7 @@ PAYLOAD = {
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("megaprov_alert_recorder", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SCRIPT, "megaprov_alert_recorder")
 
 
 def test_each_alert_becomes_one_record():

@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "ansible_collections/megaprov/cluster/roles/node_exporter/files/megaprov_gpu_metrics.py"
 FIXTURES = ROOT / "tests/fixtures/gpu_metrics"
@@ -34,7 +36,8 @@ MIB = 1048576
 
 
 def _load(path: Path, name: str) -> ModuleType:
-    """Import a script by path (the replay has no .py suffix); registered in sys.modules, as dataclasses need."""
+    """Import the replay by path: it has no .py suffix, which tests.conftest.load_module needs; registered in
+    sys.modules, as dataclasses need."""
     loader = importlib.machinery.SourceFileLoader(name, str(path))
     spec = importlib.util.spec_from_loader(name, loader)
     assert spec is not None
@@ -44,7 +47,7 @@ def _load(path: Path, name: str) -> ModuleType:
     return module
 
 
-gm = _load(SCRIPT, "megaprov_gpu_metrics")
+gm = load_module(SCRIPT, "megaprov_gpu_metrics")
 replay = _load(REPLAY, "megaprov_nvidia_smi_replay")
 
 

@@ -3,7 +3,6 @@ writes into each job directory, gathered into one textfile for node-exporter, an
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,16 +10,13 @@ from pathlib import Path
 from types import ModuleType
 
 from megaprov.training import follow
+from tests.conftest import load_module
 
 SCRIPT = Path(__file__).parents[2] / "ansible_collections/megaprov/cluster/roles/node_exporter/files/megaprov_job_metrics.py"
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("megaprov_job_metrics", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(SCRIPT, "megaprov_job_metrics")
 
 
 def job_text(name: str, host: str, iteration: int, loss: str = "4.5") -> str:

@@ -190,3 +190,18 @@ def test_what_is_not_prometheus_is_one_clear_error() -> None:
         server.shutdown()
     with pytest.raises(EnvironmentProblem, match="does not answer"):
         top.ask("http://127.0.0.1:1", "up")
+
+
+def test_a_job_s_node_log_is_read_from_its_last_node_filtered_and_bounded(tmp_path: Path) -> None:
+    import re
+
+    from megaprov.training import jobs
+
+    job = jobs.Job("j", tmp_path / "inventory.ini", ["n1", "n2"], "/shared", "/shared/jobs/j", tmp_path, "/shared/checkpoints/j", "u.service")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "n2.log").write_text("".join(f"line {i} {'NCCL WARN' if i % 2 else 'ok'}\n" for i in range(10)))
+    assert jobs.node_log(job, None, 3) == ("n2", ["line 7 NCCL WARN", "line 8 ok", "line 9 NCCL WARN"])
+    assert jobs.node_log(job, "n2", 2, re.compile("WARN")) == ("n2", ["line 7 NCCL WARN", "line 9 NCCL WARN"])
+    assert jobs.node_log(job, "n1", 5) == ("n1", [])  # no log yet
+    with pytest.raises(UsageError, match="--node n3 is not a node of job j"):
+        jobs.node_log(job, "n3", 5)
