@@ -511,6 +511,25 @@ def follow_job(
     shown = -1
     with as_owner_of(job.local_dir):
         (job.local_dir / "metrics.jsonl").write_text("")  # the logs are read from their start again (a resumed job)
+
+    def read_new() -> bool:
+        """Feeds the nodes' new lines to the log; whether there were any."""
+        nonlocal shown
+        now = time.time()
+        news = False
+        new: list[follow.Iteration] = []
+        for host, reader in readers.items():
+            for line in reader.lines():
+                news = True
+                if (it := log.feed(host, line, now)) is not None:
+                    new.append(it)
+        if news:
+            follow.append_metrics(job.local_dir, job.name, new, log, "running", targets)
+            if log.furthest != shown and log.furthest:
+                shown = log.furthest
+                on_progress(_progress(job.name, log))
+        return news
+
     try:
         while True:
             current = launcher.log_hosts(job)  # a Slurm job's current allocation (a continuation may differ)
@@ -519,20 +538,8 @@ def follow_job(
                     readers[host] = follow.LogReader(job.local_dir / "logs" / f"{host}.log")
             if job.launcher == "slurm" and current and current != job.hosts:
                 job.hosts = list(current)
-            now = time.time()
-            news = False
-            new: list[follow.Iteration] = []
-            for host, reader in readers.items():
-                for line in reader.lines():
-                    news = True
-                    if (it := log.feed(host, line, now)) is not None:
-                        new.append(it)
-            if news:
+            if read_new():
                 last_news = time.monotonic()
-                follow.append_metrics(job.local_dir, job.name, new, log, "running", targets)
-                if log.furthest != shown and log.furthest:
-                    shown = log.furthest
-                    on_progress(_progress(job.name, log))
             hosts = list(current) if job.launcher == "slurm" else list(job.hosts)
             states = [log.node_state(h) for h in hosts]
             if hosts and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
@@ -551,6 +558,11 @@ def follow_job(
                 if found.state == "PENDING" and "held" not in found.reason.lower():
                     last_news = time.monotonic()  # a queue is not a stall (a job held after a failed launch is)
                 elif not found.alive and found.job_id == slurm_current(job):  # over, and no continuation since
+                    # The nodes' last lines (their exit lines) may have been written while Slurm was asked: read
+                    # them before judging (a full suite caught "torchrun did not finish cleanly ... (running)" on a
+                    # job Slurm had seen COMPLETED with exit 0:0).
+                    read_new()
+                    states = [log.node_state(h) for h in hosts]
                     if hosts and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
                         return Outcome("finished", log)
                     return Outcome("failed", log, f"{found.describe()}; " + "; ".join(launcher_events(job)[-2:]))
