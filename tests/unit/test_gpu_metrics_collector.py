@@ -910,3 +910,23 @@ def test_the_script_runs_on_the_oldest_supported_python(tmp_path: Path) -> None:
     assert value(families, "megaprov_gpu_collector_success") == 1
     assert abs(value(families, "megaprov_gpu_xid_last_timestamp_seconds", gpu="3", xid="79") - time.time()) < 120
     assert gm.parse_xid_state((tmp_path / "xids.json").read_text()).xids[("0000:5d:00", 79)].total == 1
+
+
+# ------------------------------------------------------------------------------------------- dcgm-exporter job mapping
+
+
+def test_the_job_is_written_where_dcgm_exporter_maps_gpus_to_jobs(tmp_path: Path) -> None:
+    """--dcgm-job-mapping-dir: a file per GPU index holding the job (dcgm-exporter's --hpc-job-mapping-dir format, read
+    by its stand-in in tests/fixtures/dcgm), stale GPUs' files removed, other names (MIG <gpu>.<instance>) kept."""
+    mapping = tmp_path / "mapping"
+    mapping.mkdir()
+    (mapping / "9").write_text("old-job\n")
+    (mapping / "3.0").write_text("slurm-42\n")
+    proc, _ = _main(tmp_path, "--dcgm-job-mapping-dir", str(mapping))
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert sorted(p.name for p in mapping.iterdir()) == ["0", "1", "2", "3", "3.0", "4", "5", "6", "7"]
+    assert {(mapping / str(i)).read_text() for i in range(8)} == {"llama-8b\n"}
+    assert gm.write_job_mapping(str(mapping), [0, 1], None) is None  # the job ended: megaprov's files go
+    assert sorted(p.name for p in mapping.iterdir()) == ["3.0"]
+    problem = gm.write_job_mapping(str(tmp_path / "absent"), [0], "j")
+    assert problem is not None and "keep their last job label" in problem

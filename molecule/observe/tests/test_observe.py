@@ -113,3 +113,56 @@ def test_the_replayed_xid_79_fires_its_alert_naming_the_node_and_gpu():
     labels, annotations = fired[0]["labels"], fired[0]["annotations"]
     assert (labels["node"], labels["gpu"], labels["severity"]) == (gpu_node, "3", "critical")
     assert "Xid 79" in annotations["action"] and gpu_node in annotations["summary"]
+
+
+def dcgm_node():
+    """The GPU node with DCGM (molecule.yml: megaprov_gpu_expected there)."""
+    return names("gpu_nodes")[0]
+
+
+def test_dcgm_s_hostengine_and_exporter_run_as_their_packages_ship_them_with_megaprov_s_command_line():
+    host = node(dcgm_node())
+    for package in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda13", "datacenter-gpu-manager-4-proprietary"):
+        assert host.package(package).version == "1:4.5.3-1", package
+    assert host.package("datacenter-gpu-manager-exporter").version == "4.8.2-1"
+    for unit in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
+        assert host.service(unit).is_running and host.service(unit).is_enabled, unit
+    assert host.check_output("dcgmi discovery -l --host 127.0.0.1").startswith("8 GPUs found.")
+    argv = host.check_output("cat /proc/$(systemctl show -p MainPID --value nvidia-dcgm-exporter)/cmdline | tr '\\0' ' '")
+    assert "-f /etc/dcgm-exporter/megaprov-counters.csv" in argv and "-r 127.0.0.1:5555" in argv and "--hpc-job-mapping-dir /run/megaprov/dcgm-job-mapping" in argv
+    listening = host.check_output("ss -Htln")
+    assert f"{address(dcgm_node())}:9400" in listening and "*:9400" not in listening and "0.0.0.0:9400" not in listening
+    assert "127.0.0.1:5555" in listening  # the hostengine on localhost only
+    # no DCGM where GPUs are not expected
+    assert not node(names("gpu_nodes")[1]).package("datacenter-gpu-manager-4-core").is_installed
+
+
+def test_prometheus_scrapes_dcgm_s_fields_with_the_node_label():
+    gpu_node = dcgm_node()
+    targets = prom("/api/v1/targets?state=active")["data"]["activeTargets"]
+    dcgm = [t for t in targets if t["labels"]["job"] == "dcgm"]
+    assert [(t["labels"]["node"], t["labels"]["instance"], t["health"]) for t in dcgm] == [(gpu_node, f"{address(gpu_node)}:9400", "up")], dcgm
+    for field in ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"):
+        found = wait(lambda f=field: query(f'{f}{{node="{gpu_node}"}}'), 60)
+        assert len(found) == 8, (field, found)
+    (pending,) = query(f'DCGM_FI_DEV_ROW_REMAP_PENDING{{node="{gpu_node}"}} == 1')
+    assert pending["metric"]["gpu"] == "5"
+    (xid,) = query(f'DCGM_EXP_XID_ERRORS_COUNT{{node="{gpu_node}",xid="79"}}')
+    assert (xid["metric"]["gpu"], xid["metric"]["window_size_in_ms"]) == ("3", "600000")
+
+
+def test_a_running_job_labels_dcgm_s_series_through_the_job_mapping():
+    """A training job's unit on the node: node_exporter's GPU collector writes its name per GPU index where dcgm-exporter
+    reads it, and Prometheus turns dcgm-exporter's hpc_job into job, as on megaprov's own GPU series."""
+    gpu_node = dcgm_node()
+    host = node(gpu_node)
+    host.check_output("systemd-run --unit megaprov-job-dcgm-probe sleep 300")
+    try:
+        host.check_output("systemctl start megaprov-gpu-metrics.service")
+        assert host.check_output("cat /run/megaprov/dcgm-job-mapping/3") == "dcgm-probe"
+        found = wait(lambda: query(f'DCGM_FI_DEV_GPU_UTIL{{node="{gpu_node}",job="dcgm-probe"}}'), 60)
+        assert len(found) == 8 and "hpc_job" not in found[0]["metric"]
+    finally:
+        host.run("systemctl stop megaprov-job-dcgm-probe")
+        host.run("systemctl start megaprov-gpu-metrics.service")
+    assert host.run("ls /run/megaprov/dcgm-job-mapping").stdout.split() == []

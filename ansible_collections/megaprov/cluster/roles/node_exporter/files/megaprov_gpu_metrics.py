@@ -6,6 +6,7 @@
         [--job-units-command "systemctl list-units --type=service --state=active --plain --no-legend 'megaprov-job-*'"]
         [--timeout 10] [--max-kernel-log-mib 64]
         [--state /var/lib/megaprov-gpu-metrics/xids.json] [--boot-id-file /proc/sys/kernel/random/boot_id]
+        [--dcgm-job-mapping-dir /run/megaprov/dcgm-job-mapping]
 
 Run by the node's system python3 (3.9 or newer, standard library only: it works where only the driver is installed,
 without nvidia-ml-py), as root, every 15 s from a systemd timer. Each run:
@@ -18,6 +19,9 @@ without nvidia-ml-py), as root, every 15 s from a systemd timer. Each run:
 3. finds the training job on the node: the active ``megaprov-job-<name>.service`` units; with exactly one, every
    per-GPU gauge (those with a ``gpu`` label, not the Xid series: they keep their series when a job starts or
    ends) carries ``job="<name>"``; with none or several no series has a job label;
+   With ``--dcgm-job-mapping-dir`` (where dcgm-exporter runs with ``--hpc-job-mapping-dir``), the same job is written
+   there as dcgm-exporter reads it: one file per GPU index holding the job's name, so DCGM's series carry
+   ``hpc_job="<name>"``; with no single job the files are removed;
 4. writes the Prometheus text exposition format to ``--output`` atomically (a temporary file in the same directory,
    fsync, rename; mode 0644).
 
@@ -860,8 +864,38 @@ def collect(args: argparse.Namespace, runner: Runner = run_bounded) -> tuple[str
             if len(names) > 1:
                 problems.append(f"job units: {len(names)} jobs are active ({', '.join(names)}); no job label")
 
+    if args.dcgm_job_mapping_dir:
+        problem = write_job_mapping(args.dcgm_job_mapping_dir, [gpu.index for gpu in gpus], job)
+        if problem:
+            problems.append(problem)
     text = render(args.node, gpus, remapped, attribute_xids(xids, gpus), job, success, now, xid_times)
     return text, problems
+
+
+MAPPING_NAME = re.compile(r"[0-9]{1,3}")
+
+
+def write_job_mapping(directory: str, indexes: Sequence[int], job: str | None) -> str | None:
+    """dcgm-exporter's HPC job mapping (internal/pkg/transformation/hpc.go): a file per GPU index named by it, one job
+    id a line. Each GPU gets ``job``; with no job (or several) the files megaprov would write are removed. Files of
+    other names (a scheduler's MIG mappings, ``<gpu>.<instance>``) are left alone. Returns a problem, or None."""
+    try:
+        present = {name for name in os.listdir(directory) if MAPPING_NAME.fullmatch(name)}
+        wanted = {str(i) for i in indexes} if job is not None else set()
+        for name in sorted(present - wanted):
+            os.unlink(os.path.join(directory, name))
+        for name in sorted(wanted):
+            path = os.path.join(directory, name)
+            if name not in present or _read_small(path) != f"{job}\n":
+                write_atomic(path, f"{job}\n")
+    except OSError as exc:
+        return f"dcgm job mapping {directory}: {exc}; DCGM's series keep their last job label"
+    return None
+
+
+def _read_small(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read(256)
 
 
 def track_xids(
@@ -958,6 +992,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         default=DEFAULT_BOOT_ID_FILE,
         help=f"the file holding this boot's id, which tells a new boot in the Xid state (default {DEFAULT_BOOT_ID_FILE})",
+    )
+    p.add_argument(
+        "--dcgm-job-mapping-dir",
+        metavar="DIR",
+        default="",
+        help="dcgm-exporter's --hpc-job-mapping-dir: the node's training job is written there per GPU index ('' = off)",
     )
     return p
 
