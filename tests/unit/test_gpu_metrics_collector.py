@@ -917,16 +917,21 @@ def test_the_script_runs_on_the_oldest_supported_python(tmp_path: Path) -> None:
 
 def test_the_job_is_written_where_dcgm_exporter_maps_gpus_to_jobs(tmp_path: Path) -> None:
     """--dcgm-job-mapping-dir: a file per GPU index holding the job (dcgm-exporter's --hpc-job-mapping-dir format, read
-    by its stand-in in tests/fixtures/dcgm), stale GPUs' files removed, other names (MIG <gpu>.<instance>) kept."""
+    by its stand-in in tests/fixtures/dcgm); when the job ends only the files the collector wrote go (its record beside
+    the Xid state): a scheduler's own (index 9, MIG 3.0) stay."""
     mapping = tmp_path / "mapping"
     mapping.mkdir()
-    (mapping / "9").write_text("old-job\n")
+    (mapping / "9").write_text("slurm-41\n")
     (mapping / "3.0").write_text("slurm-42\n")
     proc, _ = _main(tmp_path, "--dcgm-job-mapping-dir", str(mapping))
     assert proc.returncode == 0 and proc.stderr == ""
-    assert sorted(p.name for p in mapping.iterdir()) == ["0", "1", "2", "3", "3.0", "4", "5", "6", "7"]
+    assert sorted(p.name for p in mapping.iterdir()) == ["0", "1", "2", "3", "3.0", "4", "5", "6", "7", "9"]
     assert {(mapping / str(i)).read_text() for i in range(8)} == {"llama-8b\n"}
-    assert gm.write_job_mapping(str(mapping), [0, 1], None) is None  # the job ended: megaprov's files go
-    assert sorted(p.name for p in mapping.iterdir()) == ["3.0"]
-    problem = gm.write_job_mapping(str(tmp_path / "absent"), [0], "j")
+    record = str(tmp_path / "state" / "dcgm-job-mapping.json")
+    assert json.loads(Path(record).read_text()) == {str(i): "llama-8b" for i in range(8)}
+    (mapping / "7").write_text("slurm-43\n")  # a scheduler took GPU 7 over since
+    assert gm.write_job_mapping(str(mapping), [0, 1], None, record) is None  # the job ended
+    assert sorted(p.name for p in mapping.iterdir()) == ["3.0", "7", "9"]
+    assert json.loads(Path(record).read_text()) == {}
+    problem = gm.write_job_mapping(str(tmp_path / "absent"), [0], "j", record)
     assert problem is not None and "keep their last job label" in problem

@@ -127,7 +127,7 @@ def test_dcgm_s_hostengine_and_exporter_run_as_their_packages_ship_them_with_meg
     assert host.package("datacenter-gpu-manager-exporter").version == "4.8.2-1"
     for unit in ("nvidia-dcgm", "nvidia-dcgm-exporter"):
         assert host.service(unit).is_running and host.service(unit).is_enabled, unit
-    assert host.check_output("dcgmi discovery -l --host 127.0.0.1").startswith("8 GPUs found.")
+    assert host.check_output("dcgmi discovery -l --host 127.0.0.1").startswith("8 GPUs found")
     argv = host.check_output("cat /proc/$(systemctl show -p MainPID --value nvidia-dcgm-exporter)/cmdline | tr '\\0' ' '")
     assert "-f /etc/dcgm-exporter/megaprov-counters.csv" in argv and "-r 127.0.0.1:5555" in argv and "--hpc-job-mapping-dir /run/megaprov/dcgm-job-mapping" in argv
     listening = host.check_output("ss -Htln")

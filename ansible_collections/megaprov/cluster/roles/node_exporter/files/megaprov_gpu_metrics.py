@@ -21,7 +21,8 @@ without nvidia-ml-py), as root, every 15 s from a systemd timer. Each run:
    ends) carries ``job="<name>"``; with none or several no series has a job label;
    With ``--dcgm-job-mapping-dir`` (where dcgm-exporter runs with ``--hpc-job-mapping-dir``), the same job is written
    there as dcgm-exporter reads it: one file per GPU index holding the job's name, so DCGM's series carry
-   ``hpc_job="<name>"``; with no single job the files are removed;
+   ``hpc_job="<name>"``; with no single job the files it wrote are removed (recorded beside ``--state``; files a
+   scheduler wrote stay);
 4. writes the Prometheus text exposition format to ``--output`` atomically (a temporary file in the same directory,
    fsync, rename; mode 0644).
 
@@ -865,7 +866,8 @@ def collect(args: argparse.Namespace, runner: Runner = run_bounded) -> tuple[str
                 problems.append(f"job units: {len(names)} jobs are active ({', '.join(names)}); no job label")
 
     if args.dcgm_job_mapping_dir:
-        problem = write_job_mapping(args.dcgm_job_mapping_dir, [gpu.index for gpu in gpus], job)
+        record = os.path.join(os.path.dirname(args.state) or ".", "dcgm-job-mapping.json")
+        problem = write_job_mapping(args.dcgm_job_mapping_dir, [gpu.index for gpu in gpus], job, record)
         if problem:
             problems.append(problem)
     text = render(args.node, gpus, remapped, attribute_xids(xids, gpus), job, success, now, xid_times)
@@ -873,21 +875,34 @@ def collect(args: argparse.Namespace, runner: Runner = run_bounded) -> tuple[str
 
 
 MAPPING_NAME = re.compile(r"[0-9]{1,3}")
+MAX_MAPPING_RECORD = 1 << 16  # bytes of the record of the mapping files written
 
 
-def write_job_mapping(directory: str, indexes: Sequence[int], job: str | None) -> str | None:
+def write_job_mapping(directory: str, indexes: Sequence[int], job: str | None, record: str) -> str | None:
     """dcgm-exporter's HPC job mapping (internal/pkg/transformation/hpc.go): a file per GPU index named by it, one job
-    id a line. Each GPU gets ``job``; with no job (or several) the files megaprov would write are removed. Files of
-    other names (a scheduler's MIG mappings, ``<gpu>.<instance>``) are left alone. Returns a problem, or None."""
+    id a line. Each GPU gets ``job``. What this collector wrote is kept in ``record`` (JSON: file name -> job); with no
+    job (or several) only those of its files that still hold what it wrote are removed, so files a scheduler's prolog
+    writes (or MIG mappings, ``<gpu>.<instance>``) are left alone. Returns a problem, or None."""
+    try:
+        with open(record, encoding="utf-8") as handle:
+            loaded = json.loads(handle.read(MAX_MAPPING_RECORD))
+        written = {str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
+    except (OSError, ValueError):
+        written = {}
     try:
         present = {name for name in os.listdir(directory) if MAPPING_NAME.fullmatch(name)}
         wanted = {str(i) for i in indexes} if job is not None else set()
+        kept: dict[str, str] = {}
         for name in sorted(present - wanted):
-            os.unlink(os.path.join(directory, name))
+            if name in written and _read_small(os.path.join(directory, name)) == f"{written[name]}\n":
+                os.unlink(os.path.join(directory, name))
         for name in sorted(wanted):
             path = os.path.join(directory, name)
             if name not in present or _read_small(path) != f"{job}\n":
                 write_atomic(path, f"{job}\n")
+            kept[name] = str(job)
+        if kept != written:
+            write_atomic(record, json.dumps(kept, sort_keys=True), 0o600)
     except OSError as exc:
         return f"dcgm job mapping {directory}: {exc}; DCGM's series keep their last job label"
     return None
