@@ -249,6 +249,11 @@ def _job_parsers(sub: Any) -> None:
     )
     train.add_argument("--dry-run", action="store_true", help="render and print, start nothing")
     train.add_argument(
+        "--exclude-unhealthy",
+        action="store_true",
+        help="leave out the nodes with error findings in the last `megaprov doctor -i INVENTORY` (within 24 h)",
+    )
+    train.add_argument(
         "--strategy",
         choices=STRATEGIES,
         default=os.environ.get("MEGAPROV_STRATEGY", "linear"),
@@ -264,6 +269,20 @@ def _job_parsers(sub: Any) -> None:
     logs.add_argument("--lines", type=_upto(10_000), default=200, help="the last N lines (default 200)")
     logs.add_argument("--job", metavar="JOB", help="the job's own node log instead (as `megaprov job logs`), filtered by --grep")
     output(logs)
+
+    doctor = sub.add_parser("doctor", help="cluster health checks (-i INVENTORY) and failure diagnosis of logs (--log FILE, --job NAME)")
+    doctor.add_argument("-i", "--inventory", help="check this cluster's nodes")
+    doctor.add_argument(
+        "--level", choices=("passive", "quick", "deep"), default="passive", help="passive (seconds, default), quick (a minute), deep (minutes)"
+    )
+    doctor.add_argument("--node", help="only these nodes (comma-separated inventory hosts)")
+    doctor.add_argument(
+        "--log", nargs="+", metavar="FILE", help="diagnose these logs (job or node logs, dmesg or journal output); no inventory needed"
+    )
+    doctor.add_argument("--job", metavar="NAME", help="diagnose this job's node logs (with its plan for the advice)")
+    doctor.add_argument("--drain", action="store_true", help="drain the nodes with error findings in Slurm, their codes as the reason")
+    doctor.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VAR=VALUE|@FILE", help="variables (doctor_min_free_gib, ...)")
+    output(doctor)
 
     top = sub.add_parser("top", help="live view of nodes, GPUs, running jobs and firing alerts from Prometheus (the observe stage)")
     top.add_argument("-i", "--inventory", required=True, help="the cluster's inventory")
@@ -302,7 +321,23 @@ def _spec_and_cluster(args: argparse.Namespace, path: str) -> tuple[Any, Any, li
     from megaprov.training import launch
 
     spec, text = launch.read(path)
-    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu))
+    exclude: tuple[str, ...] = ()
+    if args.exclude_unhealthy:
+        from megaprov.ops.doctor import health
+
+        unhealthy, age = health.unhealthy_nodes(args.inventory)
+        if age is None:
+            raise UsageError("--exclude-unhealthy: megaprov doctor has not checked this cluster", f"run `megaprov doctor -i {args.inventory}` first")
+        if age > 24 * 3600:
+            raise UsageError(
+                f"--exclude-unhealthy: the last doctor run is {age / 3600:.0f} h old", f"run `megaprov doctor -i {args.inventory}` again"
+            )
+        exclude = tuple(unhealthy)
+        if exclude and args.output == "text":
+            console(stderr=True).print(
+                f"train: leaving out {', '.join(exclude)} (error findings of megaprov doctor {age / 60:.0f} min ago)", markup=False
+            )
+    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu, exclude))
     launch.check(spec, text, path, found.world, found.gpus_per_node)
     return spec, found, hosts
 
@@ -396,7 +431,23 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
     spec, text = launch.read(spec_path)
     if args.name:
         spec = spec.model_copy(update={"name": args.name})
-    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu))
+    exclude: tuple[str, ...] = ()
+    if args.exclude_unhealthy:
+        from megaprov.ops.doctor import health
+
+        unhealthy, age = health.unhealthy_nodes(args.inventory)
+        if age is None:
+            raise UsageError("--exclude-unhealthy: megaprov doctor has not checked this cluster", f"run `megaprov doctor -i {args.inventory}` first")
+        if age > 24 * 3600:
+            raise UsageError(
+                f"--exclude-unhealthy: the last doctor run is {age / 3600:.0f} h old", f"run `megaprov doctor -i {args.inventory}` again"
+            )
+        exclude = tuple(unhealthy)
+        if exclude and args.output == "text":
+            console(stderr=True).print(
+                f"train: leaving out {', '.join(exclude)} (error findings of megaprov doctor {age / 60:.0f} min ago)", markup=False
+            )
+    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu, exclude))
     launch.check(spec, text, spec_path, found.world, found.gpus_per_node)
     planned = planner.plan(spec, found)
     if planned.fits is False:
@@ -513,6 +564,59 @@ def _cmd_logs(args: argparse.Namespace) -> Outcome:
     if not quiet:
         print("\n".join(lines))
     return Outcome("logs", result, quiet=not quiet)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> Outcome:
+    from megaprov.ops import doctor
+    from megaprov.ops.doctor import health
+    from megaprov.ops.doctor.findings import Report
+
+    if not (args.inventory or args.log or args.job):
+        raise UsageError(
+            "megaprov doctor needs -i INVENTORY, --log FILE or --job NAME",
+            "e.g. megaprov doctor -i inventory.ini, or megaprov doctor --log node1.log",
+        )
+    if (args.drain or args.node or args.level != "passive") and not args.inventory:
+        raise UsageError("--drain, --node and --level check a cluster", "pass -i INVENTORY")
+    quiet = args.output == "json"
+    report = Report()
+    titles = []
+    if args.inventory:
+        req = health.Request(args.inventory, args.level, args.node, args.drain, _extravars(args.extra_vars), quiet)
+        found = health.examine(req)
+        health.record(args.inventory, found, args.level)
+        report.add(*found.findings)
+        report.checked += found.checked
+        titles.append(f"{args.level} checks of {len(found.checked)} node(s)")
+    if args.job:
+        found = doctor.diagnose_job(args.job, args.inventory)
+        report.add(*found.findings)
+        report.checked += found.checked
+        titles.append(f"job {args.job}'s logs")
+    if args.log:
+        found = doctor.diagnose_logs(args.log)
+        report.add(*found.findings)
+        report.checked += found.checked
+        titles.append(f"{len(args.log)} log file(s)")
+    drained: dict[str, str] = {}
+    if args.drain and args.inventory:
+        drained = health.drain(req, report)
+    result = {**doctor.as_json(report), "drained": drained}
+    if not quiet:
+        out = console()
+        table = doctor.render(report, "megaprov doctor: " + ", ".join(titles))
+        if table is None:
+            out.print(f"megaprov doctor: nothing wrong ({', '.join(titles)})", markup=False)
+        else:
+            out.print(table)
+            counts = result["counts"]
+            out.print(f"{counts['error']} error(s), {counts['warn']} warning(s), {counts['info']} note(s)", markup=False)
+        for node, reason in drained.items():
+            out.print(f"drained {node} in Slurm: {reason}", markup=False)
+    if report.wrong:
+        worst = report.sorted()[0]
+        return Outcome("doctor", result, ExitCode.VERDICT_FAILED, f"{worst.code} on {worst.node or worst.source}: {worst.cause}")
+    return Outcome("doctor", result)
 
 
 def _cmd_top(args: argparse.Namespace) -> Outcome:
@@ -801,6 +905,7 @@ HANDLERS = {
     "jobs": _cmd_jobs,
     "logs": _cmd_logs,
     "top": _cmd_top,
+    "doctor": _cmd_doctor,
     "data": _cmd_data,
     "bundle": _cmd_bundle,
 }

@@ -83,6 +83,8 @@ class TaskResult:
     task: str
     action: str
     res: dict[str, Any]
+    # the controller's clock when the task started and ended on this host (epoch seconds), where known
+    window: tuple[float, float] | None = None
 
 
 @dataclass
@@ -283,7 +285,8 @@ class EventFolder:
         elif kind == "runner_on_unreachable":
             self.failures.append(Failure(host or "?", data.get("task", ""), self.play, _message(res), True))
         elif kind == "runner_on_ok" and data.get("task_action") in self.collect:
-            self.results.append(TaskResult(host or "?", data.get("task", ""), data.get("task_action", ""), res))
+            window = _seconds(data.get("start"), data.get("end"))
+            self.results.append(TaskResult(host or "?", data.get("task", ""), data.get("task_action", ""), res, window))
         elif kind == "playbook_on_stats":
             for key, attr in (
                 ("ok", "ok"),

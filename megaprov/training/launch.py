@@ -19,6 +19,7 @@ class Shape:
     nodes: int | None = None
     gpus_per_node: int | None = None
     gpu: str | None = None
+    exclude: tuple[str, ...] = ()  # nodes left out (megaprov train --exclude-unhealthy: open error findings of megaprov doctor)
 
 
 def _gpu(name: str, where: str) -> planner.Gpu:
@@ -39,7 +40,11 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
         hosts = [(f"node{i}", f"node{i}") for i in range(nodes)]
         return planner.Cluster(nodes, gpn, gpu), hosts
     found = inv.load(inventory_path, paths.roles_dir(), paths.cluster_defaults())
-    names = found.hosts_of("gpu_nodes")
+    names = [n for n in found.hosts_of("gpu_nodes") if n not in shape.exclude]
+    if not names:
+        raise UsageError(
+            f"every GPU node of {found.path} is excluded ({', '.join(shape.exclude)})", "fix them (megaprov doctor -i INVENTORY) and run again"
+        )
     first = names[0]
     hosts = [(n, str(found.host_var(n, "ansible_host", n))) for n in names]
     gpu_expected = inv.as_bool(found.host_var(first, "megaprov_gpu_expected", True))
@@ -55,6 +60,11 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
         gpu = _gpu(model, "megaprov_gpu_model")
     gpn = shape.gpus_per_node or (gpn_var if gpu_expected and gpn_var else spec.launch.gpus_per_node)
     nodes = shape.nodes or spec.launch.nodes
+    if shape.exclude and nodes > len(names):
+        raise UsageError(
+            f"the job needs {nodes} nodes; {len(names)} are left without {', '.join(shape.exclude)} (error findings of megaprov doctor)",
+            "fix those nodes and run `megaprov doctor -i INVENTORY` again, or lower launch.nodes (--nodes)",
+        )
     shared = str(found.host_var(first, "megaprov_shared_dir", "/shared"))
     # The nodes' measured GEMM rates, where bootstrap or preflight recorded them: the plan's estimate rests on them.
     # What their training environment holds (the python stage's fact): the render's implementation choice rests on it.

@@ -1,0 +1,106 @@
+"""``megaprov doctor``: cluster health checks (``health``) and failure diagnosis of logs (``signatures``).
+
+Findings carry a stable code from ``findings.CODES``; the README's troubleshooting section lists every code."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from megaprov.errors import UsageError
+from megaprov.ops.doctor import signatures
+from megaprov.ops.doctor.findings import Finding, Report
+
+MAX_LOG_FILES = 256
+
+
+def diagnose_logs(files: list[str]) -> Report:
+    """Findings in log files given by the user (job logs, node logs, saved dmesg or journal output)."""
+    if len(files) > MAX_LOG_FILES:
+        raise UsageError(f"--log: {len(files)} files", f"give at most {MAX_LOG_FILES}")
+    report = Report(checked=list(files))
+    for name in files:
+        report.add(*signatures.scan_file(Path(name)))
+    return report
+
+
+def diagnose_job(name: str, inventory: str | None) -> Report:
+    """Findings in a megaprov job's node logs (``jobs/NAME/logs/NODE.log``), with the job's plan for its advice."""
+    from megaprov.training import jobs
+
+    job = jobs.find(name, inventory)
+    logs = sorted((job.local_dir / "logs").glob("*.log")) if (job.local_dir / "logs").is_dir() else []
+    if not logs:
+        raise UsageError(f"job {job.name} has no node logs yet in {job.local_dir / 'logs'}", "wait for the job to start, or give --log FILE")
+    context = job_context(job.local_dir)
+    report = Report(checked=[str(p) for p in logs])
+    for path in logs[:MAX_LOG_FILES]:
+        report.add(*signatures.scan_file(path, node=path.stem, job=context))
+    return report
+
+
+def job_context(job_dir: Path) -> dict[str, Any]:
+    """What the OOM advice needs from a job directory: the planner's memory estimate and the single layout changes
+    that bring it to 80 % of that estimate (the estimate was too low: the job ran out of memory). Best effort: a job
+    directory without a readable spec or plan gives the generic advice."""
+    from megaprov.training import jobspec, planner
+
+    try:
+        meta = json.loads((job_dir / "job.json").read_text())
+        spec = jobspec.parse((job_dir / "spec.yml").read_text(), str(job_dir / "spec.yml"))
+        gpu = planner.gpu_named(str(meta.get("gpu", "")))
+        if gpu is None or gpu.memory_gib <= 0:
+            return {}
+        cluster = planner.Cluster(int(meta["nodes"]), int(meta["gpus_per_node"]), gpu)
+        estimate = planner.memory(spec, planner.Layout.of(spec), cluster).total / planner.GIB
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
+        return {}
+    tighter = replace(cluster, gpu=replace(gpu, memory_gib=0.8 * estimate))
+    changes = planner.fixes(spec, tighter)[:3]
+    context: dict[str, Any] = {"memory": {"per_gpu_gib": round(estimate, 1), "gpu_gib": gpu.memory_gib}}
+    if changes:
+        context["memory_fix"] = (
+            f"the planner put this layout at {estimate:.1f} GiB per GPU of {gpu.memory_gib:g} GiB; changes that lower it by a fifth: "
+            + "; ".join(f"{c.field}: {c.value} ({c.memory_gib:.1f} GiB)" for c in changes)
+            + " (`megaprov plan` with the changed spec shows the fit)"
+        )
+    return context
+
+
+STYLES = {"error": "bold red", "warn": "yellow", "info": "dim"}
+
+
+def render(report: Report, title: str) -> Table | None:
+    rows = report.sorted()
+    if not rows:
+        return None
+    table = Table(title=title, title_justify="left", show_lines=True)
+    for column in ("severity", "code", "node", "evidence", "cause", "fix"):
+        table.add_column(column, overflow="fold")
+    for f in rows:
+        where = f"{f.source}:{f.line}: " if f.line else ""
+        table.add_row(
+            f"[{STYLES.get(f.severity, '')}]{f.severity}[/]", f.code, f.node or "-", _escape(where + f.evidence), _escape(f.cause), _escape(f.fix)
+        )
+    return table
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", "\\[")
+
+
+def as_json(report: Report) -> dict[str, Any]:
+    found = report.sorted()
+    return {
+        "ok": not report.wrong,
+        "checked": report.checked,
+        "counts": {s: sum(1 for f in found if f.severity == s) for s in ("error", "warn", "info")},
+        "findings": [f.as_dict() for f in found],
+    }
+
+
+__all__ = ["Finding", "Report", "as_json", "diagnose_job", "diagnose_logs", "job_context", "render"]

@@ -1,0 +1,154 @@
+"""megaprov doctor's log signatures (megaprov/ops/doctor/signatures.py): the corpus under tests/doctor_corpus/ (logs
+produced for real with torchrun and megaprov's trainer, and logs built from the upstream format strings) gives each
+case's expected codes, and nothing more; the whole-log analyses are tested on iteration series here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from megaprov.ops.doctor import diagnose_logs, job_context, signatures
+from megaprov.ops.doctor.findings import CODES, LOG_CODES
+
+CORPUS = Path(__file__).resolve().parents[1] / "doctor_corpus"
+
+
+def cases():
+    out = []
+    for manifest in sorted(CORPUS.glob("*/MANIFEST.json")):
+        for case in json.loads(manifest.read_text())["cases"]:
+            out.append(pytest.param(manifest.parent / case["file"], case, id=f"{manifest.parent.name}/{case['file']}"))
+    return out
+
+
+CASES = cases()
+
+
+@pytest.mark.parametrize(("path", "case"), CASES)
+def test_each_corpus_log_gives_its_expected_codes_and_no_others(path, case):
+    found = signatures.scan_file(path)
+    wanted = sorted(set(case["expect"]))
+    got = sorted({f.code for f in found if f.severity in ("error", "warn")})
+    assert got == wanted, [(f.code, f.line, f.evidence[:120]) for f in found]
+    for f in found:
+        assert f.evidence and f.cause and f.fix and f.line > 0, f
+    for key in case.get("key_lines", []):
+        # the evidence is one of the lines that show the failure (or the analysis of the iteration lines)
+        assert any(key.strip()[:60] in f.evidence or f.line == 0 for f in found) or any(
+            key.strip()[:40] in line for f in found for line in [path.read_text(errors="replace").splitlines()[f.line - 1]]
+        ), key
+
+
+def test_the_corpus_covers_every_log_code():
+    expected = {code for _, case in (c.values for c in CASES) for code in case["expect"]}
+    assert set(LOG_CODES) <= expected, sorted(set(LOG_CODES) - expected)
+    assert set(LOG_CODES) <= set(CODES)
+
+
+def test_real_lab_logs_are_at_least_half_the_corpus_cases_that_can_run_without_gpus():
+    real = [c for c in CASES if "/real/" in str(c.values[0])]
+    assert len(real) >= 7, "the corpus's real logs (tests/doctor_corpus/real/produce.sh) are missing"
+
+
+def _series(losses, ms=None, nan=None):
+    lines = []
+    for i, loss in enumerate(losses, 1):
+        t = (ms or [100.0] * len(losses))[i - 1]
+        n = (nan or [0] * len(losses))[i - 1]
+        lines.append(
+            f" [2026-12-02 10:{i // 60:02d}:{i % 60:02d}] iteration {i * 10:8d}/{len(losses) * 10:8d} | consumed samples: {i * 80:12d} |"
+            f" elapsed time per iteration (ms): {t:.1f} | throughput per GPU (TFLOP/s/GPU): {40000 / t:.1f} | learning rate: 3.000000E-04 |"
+            f" global batch size:     8 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: 1.000 | number of skipped iterations:   0 |"
+            f" number of nan iterations: {n:3d} |"
+        )
+    return lines
+
+
+def codes(lines):
+    return sorted(f.code for f in signatures.scan(lines, signatures.Context("test.log")))
+
+
+def test_a_falling_loss_with_steady_throughput_is_healthy():
+    assert codes(_series([10 - 0.3 * i for i in range(30)])) == []
+
+
+def test_a_loss_that_falls_then_climbs_is_diverging():
+    losses = [10 - 0.4 * i for i in range(15)] + [4.4 + 0.25 * i for i in range(15)]
+    assert codes(_series(losses)) == ["LOSS_DIVERGING"]
+
+
+def test_noise_around_a_plateau_is_not_divergence():
+    losses = [10 - 0.4 * i for i in range(15)] + [4.4 + (0.05 if i % 2 else -0.05) for i in range(15)]
+    assert codes(_series(losses)) == []
+
+
+def test_nan_loss_names_the_first_iteration():
+    lines = _series([9.0, 8.0, float("nan"), float("nan")])
+    found = signatures.scan(lines, signatures.Context("t.log"))
+    assert [f.code for f in found] == ["LOSS_NAN"] and "iteration 30" in found[0].cause and found[0].line == 3
+
+
+def test_time_per_iteration_growing_is_falling_throughput():
+    ms = [100.0] * 10 + [100.0 + 15 * i for i in range(1, 11)]
+    assert codes(_series([10 - 0.1 * i for i in range(20)], ms=ms)) == ["THROUGHPUT_FALLING"]
+
+
+def test_a_restarted_job_is_not_judged_on_throughput_across_attempts():
+    # two attempts in one log: the follower's attempt numbering is not in a plain log, so a log with a restart
+    # (iteration numbers going back) is judged per its rate only where the rate fell within a run
+    ms = [100.0] * 20
+    assert codes(_series([10 - 0.1 * i for i in range(20)], ms=ms)) == []
+
+
+def test_nccl_versions_that_differ_between_ranks():
+    lines = ["gpu1:100:100 [0] NCCL INFO NCCL version 2.27.7+cuda13.0", "gpu2:200:200 [0] NCCL INFO NCCL version 2.21.5+cuda12.4"]
+    found = signatures.scan(lines, signatures.Context("t.log"))
+    assert [f.code for f in found] == ["NCCL_VERSION_MISMATCH"] and "gpu2: NCCL 2.21.5" in found[0].evidence
+
+
+def test_a_line_names_its_node_where_it_can():
+    assert (
+        signatures.node_of("2026-12-02T10:00:00+0000 gpu7 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=python, GPU has fallen off the bus.")
+        == "gpu7"
+    )
+    assert signatures.node_of("gpu3:4711:4790 [2] NCCL INFO NCCL version 2.27.7+cuda13.0") == "gpu3"
+
+
+def test_a_flood_of_one_error_is_said_once_per_place():
+    oom = "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.19 GiB"
+    lines = [oom + " of which 1.06 GiB is free."] * 50
+    assert codes(lines) == ["CUDA_OOM"]
+
+
+def test_bad_log_paths_are_one_line_errors(tmp_path):
+    from megaprov.errors import UsageError
+
+    with pytest.raises(UsageError, match="no such file"):
+        diagnose_logs([str(tmp_path / "missing.log")])
+    with pytest.raises(UsageError, match="is a directory"):
+        diagnose_logs([str(tmp_path)])
+    binary = tmp_path / "core"
+    binary.write_bytes(b"\x7fELF\0\0\0")
+    with pytest.raises(UsageError, match="not a text file"):
+        diagnose_logs([str(binary)])
+
+
+def test_oom_advice_names_the_planners_estimate_and_layout_changes(tmp_path):
+    spec = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "llama-8b-2nodes.yml"
+    (tmp_path / "spec.yml").write_text(spec.read_text())
+    (tmp_path / "job.json").write_text(json.dumps({"gpu": "H100-SXM", "nodes": 2, "gpus_per_node": 8}))
+    context = job_context(tmp_path)
+    assert 10 < context["memory"]["per_gpu_gib"] < 80
+    line = (
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB."
+        " GPU 0 has a total capacity of 79.19 GiB of which 2.50 GiB is free."
+    )
+    found = signatures.scan([line], signatures.Context("t.log", "gpu1", context))
+    assert found[0].code == "CUDA_OOM" and "the planner estimated" in found[0].cause and "4.00 GiB" in found[0].cause
+    assert "GiB per GPU" in found[0].fix and ("train." in found[0].fix or "parallel." in found[0].fix), found[0].fix
+
+
+def test_a_job_directory_without_a_plan_gives_the_generic_advice(tmp_path):
+    assert job_context(tmp_path) == {}
