@@ -56,8 +56,9 @@ def test_doctor_names_each_broken_thing_on_its_node_drains_them_and_train_leaves
     try:
         # node1: Debian's trap, the host name resolving to 127.0.1.1 before the cluster address
         sh(c1, f"cp /etc/hosts /root/hosts.doctor && {{ echo '127.0.1.1 {n1}'; cat /root/hosts.doctor; }} > /etc/hosts")
-        # node2: a service megaprov enabled, stopped
+        # node2: a service megaprov enabled, stopped; and drained by an operator for a reason of theirs, which stays
         sh(c2, "systemctl stop chrony")
+        sh(c1, f"scontrol update NodeName={n2} State=DRAIN Reason='operator: reseat cable'")
         # node3: another torch in the training environment (as a partial upgrade leaves it)
         sh(c3, f"cp {torch_meta} /root/METADATA.doctor && sed -i 's/^Version: 2\\./Version: 1./' {torch_meta}")
         # the shared directory (on node1, the NFS server) filled, by the cluster user, past a floor set 1 GiB under its free space
@@ -77,11 +78,11 @@ def test_doctor_names_each_broken_thing_on_its_node_drains_them_and_train_leaves
         # --drain: every GPU node with an error is drained in Slurm, its codes the reason
         assert doc["result"]["drained"] == {
             n1: "megaprov doctor: DISK_FULL,HOST_LOOPBACK",
-            n2: "megaprov doctor: SERVICE_DOWN",
+            n2: "kept: operator: reseat cable",
             n3: "megaprov doctor: VERSION_MISMATCH",
         }, doc["result"]["drained"]
         reasons = sh(c1, "sinfo -R -h -o '%n|%E'")
-        assert f"{n3}|megaprov doctor: VERSION_MISMATCH" in reasons, reasons
+        assert f"{n3}|megaprov doctor: VERSION_MISMATCH" in reasons and f"{n2}|operator: reseat cable" in reasons, reasons
 
         # node1 and node2 repaired: doctor names node3 alone, and train leaves it out
         repair_node1_and_node2()

@@ -140,3 +140,13 @@ def test_no_script_task_sets_a_working_directory():
                 if isinstance(item.get(module), dict) and "chdir" in item[module]:
                     found.append(f"{path.relative_to(ROOT)}: {item.get('name', '?')}")
     assert found == [], found
+
+
+def test_the_readme_lists_every_doctor_code_as_the_catalogue_has_it():
+    proc = run(sys.executable, "scripts/gen-doctor-codes.py", "--check")
+    assert proc.returncode == 0, proc.stderr
+    readme = (ROOT / "README.md").read_text()
+    from megaprov.ops.doctor.findings import CODES
+
+    for code in CODES:
+        assert f"| `{code}` |" in readme, code

@@ -152,3 +152,13 @@ def test_oom_advice_names_the_planners_estimate_and_layout_changes(tmp_path):
 
 def test_a_job_directory_without_a_plan_gives_the_generic_advice(tmp_path):
     assert job_context(tmp_path) == {}
+
+
+def test_falling_gpu_utilisation_in_a_jobs_samples():
+    steady = [{"util": 95.0} for _ in range(40)]
+    assert signatures.gpu_utilisation(steady, "gpu1", "gpu-gpu1.csv") == []
+    falling = [{"util": 95.0} for _ in range(20)] + [{"util": 40.0} for _ in range(20)]
+    found = signatures.gpu_utilisation(falling, "gpu1", "gpu-gpu1.csv")
+    assert [f.code for f in found] == ["THROUGHPUT_FALLING"] and "95 % early, 40 % late" in found[0].evidence
+    idle = [{"util": 10.0} for _ in range(20)] + [{"util": 2.0} for _ in range(20)]
+    assert signatures.gpu_utilisation(idle, "gpu1", "x") == []  # never busy: the verdict's utilisation check says so, not a fall

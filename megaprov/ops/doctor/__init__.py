@@ -40,6 +40,10 @@ def diagnose_job(name: str, inventory: str | None) -> Report:
     report = Report(checked=[str(p) for p in logs])
     for path in logs[:MAX_LOG_FILES]:
         report.add(*signatures.scan_file(path, node=path.stem, job=context))
+    from megaprov.training.follow import gpu_samples
+
+    for path in sorted((job.local_dir / "logs").glob("gpu-*.csv"))[:MAX_LOG_FILES]:
+        report.add(*signatures.gpu_utilisation(gpu_samples(path), path.stem.removeprefix("gpu-"), str(path)))
     return report
 
 

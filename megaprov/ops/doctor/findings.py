@@ -441,8 +441,8 @@ def finding(code: str, node: str = "", evidence: str = "", cause: str = "", fix:
         severity=severity or entry.severity,
         node=node,
         evidence=clip(evidence),
-        cause=cause or entry.cause,
-        fix=fix or entry.fix,
+        cause=clip(cause or entry.cause, 2 * MAX_EVIDENCE),  # they may quote a log: printable and bounded too
+        fix=clip(fix or entry.fix, 2 * MAX_EVIDENCE),
         **where,
     )
 

@@ -526,7 +526,16 @@ def examine(req: Request) -> Report:
     return report
 
 
-def _run(req: Request, hosts: list[str], doctor: dict[str, Any]) -> runner.RunResult:
+PROBE_ACTIONS = (
+    "megaprov.cluster.doctor_probe",
+    "megaprov.cluster.shared_check",
+    "ansible.builtin.shell",
+    "megaprov.cluster.nccl_check",
+    "megaprov.cluster.ib_write_bw",
+)
+
+
+def _run(req: Request, hosts: list[str], doctor: dict[str, Any], collect: tuple[str, ...] = PROBE_ACTIONS) -> runner.RunResult:
     spec = runner.RunSpec(
         playbook=paths.playbook("doctor.yml"),
         inventories=(Path(req.inventory),),
@@ -537,17 +546,7 @@ def _run(req: Request, hosts: list[str], doctor: dict[str, Any]) -> runner.RunRe
     )
     progress = RunProgress(total_hosts=len(hosts), quiet=req.quiet)
     try:
-        result = runner.run(
-            spec,
-            progress,
-            (
-                "megaprov.cluster.doctor_probe",
-                "megaprov.cluster.shared_check",
-                "ansible.builtin.shell",
-                "megaprov.cluster.nccl_check",
-                "megaprov.cluster.ib_write_bw",
-            ),
-        )
+        result = runner.run(spec, progress, collect)
     finally:
         progress.stop()
     if result.error_line or (result.rc != 0 and not result.failures and not result.results):
@@ -610,11 +609,19 @@ def drain(req: Request, report: Report) -> dict[str, str]:
             if f.code not in reasons[f.node]:
                 reasons[f.node].append(f.code)
     todo = {node: ("megaprov doctor: " + ",".join(sorted(codes)))[:120] for node, codes in reasons.items()}
-    if todo:
-        controller = (found.hosts_of("slurm_controller") + found.hosts_of("head"))[0]
-        result = _run(req, [controller], {"level": "none", "pairs": [], "drain": todo})
-        del result
-    return todo
+    if not todo:
+        return {}
+    controller = (found.hosts_of("slurm_controller") + found.hosts_of("head"))[0]
+    result = _run(req, [controller], {"level": "none", "pairs": [], "drain": todo}, ("ansible.builtin.command",))
+    done: dict[str, str] = {}
+    for t in result.results:
+        for item in t.res.get("results") or []:
+            node = str((item.get("item") or {}).get("key", ""))
+            said = str(item.get("stdout", "")).strip()
+            if node in todo:
+                # drained with doctor's reason, or left as an operator or Slurm's health check drained it
+                done[node] = todo[node] if said == "drained" else said[:200]
+    return done
 
 
 def record(inventory: str, report: Report, level: str) -> None:

@@ -524,6 +524,20 @@ def _timers(state: _Scan) -> None:
         )
 
 
+def gpu_utilisation(rows: list[dict[str, float]], node: str, source: str) -> list[Finding]:
+    """Falling GPU utilisation over a job, from its nodes' nvidia-smi samples (jobs/NAME/logs/gpu-NODE.csv). Pure."""
+    busy = [r["util"] for r in rows if "util" in r]
+    if len(busy) < 12:
+        return []
+    busy = busy[len(busy) // 10 :]  # start-up: loading, compilation
+    quarter = max(3, len(busy) // 4)
+    head, tail = statistics.mean(busy[:quarter]), statistics.mean(busy[-quarter:])
+    if head < 50 or tail >= THROUGHPUT_DROP * head:
+        return []
+    cause = f"GPU utilisation fell from {head:.0f} % to {tail:.0f} % during the job: the GPUs wait (data loading, a slow peer, host-side work)"
+    return [finding("THROUGHPUT_FALLING", node, f"nvidia-smi utilization.gpu: mean {head:.0f} % early, {tail:.0f} % late", cause, source=source)]
+
+
 def read_log(path: Path) -> list[str]:
     """A log file's lines, its last MAX_LOG_BYTES; an unreadable or missing file is the user's to fix."""
     try:
