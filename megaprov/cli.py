@@ -317,27 +317,29 @@ def _job_parsers(sub: Any) -> None:
     output(corpus)
 
 
+def _unhealthy(args: argparse.Namespace) -> tuple[str, ...]:
+    """The nodes `train --exclude-unhealthy` leaves out: those with error findings in the last doctor run (24 h)."""
+    if not args.exclude_unhealthy:
+        return ()
+    from megaprov.ops.doctor import health
+
+    unhealthy, age = health.unhealthy_nodes(args.inventory)
+    if age is None:
+        raise UsageError("--exclude-unhealthy: megaprov doctor has not checked this cluster", f"run `megaprov doctor -i {args.inventory}` first")
+    if age > health.FINDINGS_VALID_S:
+        raise UsageError(f"--exclude-unhealthy: the last doctor run is {age / 3600:.0f} h old", f"run `megaprov doctor -i {args.inventory}` again")
+    if unhealthy and args.output == "text":
+        console(stderr=True).print(
+            f"train: leaving out {', '.join(unhealthy)} (error findings of megaprov doctor {age / 60:.0f} min ago)", markup=False
+        )
+    return tuple(unhealthy)
+
+
 def _spec_and_cluster(args: argparse.Namespace, path: str) -> tuple[Any, Any, list[tuple[str, str]]]:
     from megaprov.training import launch
 
     spec, text = launch.read(path)
-    exclude: tuple[str, ...] = ()
-    if args.exclude_unhealthy:
-        from megaprov.ops.doctor import health
-
-        unhealthy, age = health.unhealthy_nodes(args.inventory)
-        if age is None:
-            raise UsageError("--exclude-unhealthy: megaprov doctor has not checked this cluster", f"run `megaprov doctor -i {args.inventory}` first")
-        if age > 24 * 3600:
-            raise UsageError(
-                f"--exclude-unhealthy: the last doctor run is {age / 3600:.0f} h old", f"run `megaprov doctor -i {args.inventory}` again"
-            )
-        exclude = tuple(unhealthy)
-        if exclude and args.output == "text":
-            console(stderr=True).print(
-                f"train: leaving out {', '.join(exclude)} (error findings of megaprov doctor {age / 60:.0f} min ago)", markup=False
-            )
-    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu, exclude))
+    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu))
     launch.check(spec, text, path, found.world, found.gpus_per_node)
     return spec, found, hosts
 
@@ -431,23 +433,7 @@ def _cmd_train(args: argparse.Namespace) -> Outcome:
     spec, text = launch.read(spec_path)
     if args.name:
         spec = spec.model_copy(update={"name": args.name})
-    exclude: tuple[str, ...] = ()
-    if args.exclude_unhealthy:
-        from megaprov.ops.doctor import health
-
-        unhealthy, age = health.unhealthy_nodes(args.inventory)
-        if age is None:
-            raise UsageError("--exclude-unhealthy: megaprov doctor has not checked this cluster", f"run `megaprov doctor -i {args.inventory}` first")
-        if age > 24 * 3600:
-            raise UsageError(
-                f"--exclude-unhealthy: the last doctor run is {age / 3600:.0f} h old", f"run `megaprov doctor -i {args.inventory}` again"
-            )
-        exclude = tuple(unhealthy)
-        if exclude and args.output == "text":
-            console(stderr=True).print(
-                f"train: leaving out {', '.join(exclude)} (error findings of megaprov doctor {age / 60:.0f} min ago)", markup=False
-            )
-    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu, exclude))
+    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu, _unhealthy(args)))
     launch.check(spec, text, spec_path, found.world, found.gpus_per_node)
     planned = planner.plan(spec, found)
     if planned.fits is False:

@@ -2,9 +2,12 @@
 with the same fields, exit 6 when something is wrong and 0 when nothing is; hostile log text stays data."""
 
 import json
+from pathlib import Path
 
 from megaprov.cli import main
 from megaprov.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parents[2]
 
 OOM = (
     "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
@@ -78,3 +81,35 @@ def test_hostile_log_text_is_printed_as_data(tmp_path, capsys):
     code, out, _ = run(capsys, "doctor", "--log", str(log))
     assert "\x1b" not in out and "\x07" not in out
     assert "[bold" in out  # rich markup in a log is shown, not interpreted
+
+
+def _lab_inventory(tmp_path):
+    path = tmp_path / "inventory.ini"
+    path.write_text("[head]\nn1 ansible_host=192.0.2.10\n[gpu_nodes]\nn1 ansible_host=192.0.2.10\nn2 ansible_host=192.0.2.11\n")
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("megaprov_gpu_expected: false\n")
+    return str(path)
+
+
+def test_train_exclude_unhealthy_needs_a_recent_doctor_run(tmp_path, capsys, monkeypatch):
+    import time
+
+    from megaprov.ops.doctor import health
+    from megaprov.ops.doctor.findings import Report, finding
+
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    inventory = _lab_inventory(tmp_path)
+    job = str(ROOT / "examples" / "jobs" / "lab-tiny.yml")
+    code, _, err = run(capsys, "train", "--job", job, "-i", inventory, "--exclude-unhealthy", "--dry-run")
+    assert code == ExitCode.USAGE and "megaprov doctor has not checked this cluster" in one_line(err)
+    health.record(inventory, Report([finding("SERVICE_DOWN", "n2", "chrony: inactive")]), "passive")
+    code, _, err = run(capsys, "train", "--job", job, "-i", inventory, "--exclude-unhealthy", "--dry-run")
+    said, error = err.strip().splitlines()
+    assert said.startswith("train: leaving out n2 (error findings of megaprov doctor")
+    assert code == ExitCode.USAGE and "the job needs 2 nodes; 1 are left without n2" in error
+    path = health.findings_file(Path(inventory))
+    doc = json.loads(path.read_text())
+    doc["at"] = time.time() - 25 * 3600
+    path.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "train", "--job", job, "-i", inventory, "--exclude-unhealthy", "--dry-run")
+    assert code == ExitCode.USAGE and "h old" in one_line(err)

@@ -22,6 +22,7 @@ MODULES = {path.stem: path for path in sorted((COLLECTION / "plugins" / "modules
 CHECK_MODE = {
     "apt": True,
     "compute_rate": True,
+    "doctor_probe": True,
     "files": True,
     "gpu_state": True,
     "ib_write_bw": True,

@@ -634,7 +634,10 @@ def record(inventory: str, report: Report, level: str) -> None:
     )
 
 
-def unhealthy_nodes(inventory: str, max_age_s: float = 24 * 3600) -> tuple[list[str], float | None]:
+FINDINGS_VALID_S = 24 * 3600  # train --exclude-unhealthy trusts a doctor run this long
+
+
+def unhealthy_nodes(inventory: str, max_age_s: float = FINDINGS_VALID_S) -> tuple[list[str], float | None]:
     """Nodes with error findings in the inventory's last doctor run (and its age), if that run is recent."""
     import time
 
