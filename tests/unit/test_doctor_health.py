@@ -240,6 +240,8 @@ def test_the_shared_directory_check_names_the_writer_that_could_not_be_read():
     }
     found = one(probe(), written=written, read=read)
     assert codes(found) == ["SHARED_DIR"] and "doctor-gpu2's file: file missing" in found[0].evidence
+    unreachable_writer = {"checks": [{"writer": "doctor-gpu2", "ok": False, "error": "that node wrote no check file"}], "msg": "x"}
+    assert one(probe(), written=written, read=unreachable_writer) == []  # gpu2's own finding says why
     cannot = {"msg": "cannot write cache/doctor-gpu1 in /shared: Permission denied"}
     assert "Permission denied" in one(probe(), written=cannot)[0].evidence
 

@@ -300,13 +300,18 @@ def _shared(node: str, r: NodeReading) -> list[Finding]:
     w = r.written or {}
     if r.written is not None and (failed(w) or not w.get("sha256")):
         return [finding("SHARED_DIR", node, f"write of {node}'s file as the cluster user: {_msg(w)}")]
-    bad = [c for c in (r.read or {}).get("checks", []) if not c.get("ok")]
-    if r.read is not None and failed(r.read) and not bad:
+    # a writer that wrote nothing (unreachable, or its own write failed) is that node's finding, not every reader's
+    bad = [c for c in (r.read or {}).get("checks", []) if not c.get("ok") and c.get("error") != NO_CHECK_FILE]
+    absent = any(c.get("error") == NO_CHECK_FILE for c in (r.read or {}).get("checks", []))
+    if r.read is not None and failed(r.read) and not bad and not absent:
         return [finding("SHARED_DIR", node, f"read back: {_msg(r.read or {})}")]
     if bad:
         what = "; ".join(f"{c.get('writer', '?')}'s file: {c.get('error') or 'mismatch'}" for c in bad[:4])
         return [finding("SHARED_DIR", node, f"reading the other nodes' files: {what}")]
     return []
+
+
+NO_CHECK_FILE = "that node wrote no check file"  # the shared_check module's words
 
 
 def _msg(res: dict[str, Any]) -> str:
@@ -532,6 +537,7 @@ PROBE_ACTIONS = (
     "ansible.builtin.shell",
     "megaprov.cluster.nccl_check",
     "megaprov.cluster.ib_write_bw",
+    "ansible.builtin.getent",
 )
 
 
@@ -581,6 +587,8 @@ def _readings(result: runner.RunResult, hosts: list[str]) -> list[NodeReading]:
             r.nccl = t.res
         elif t.action == "megaprov.cluster.ib_write_bw":
             r.ib_bw = t.res
+        elif t.action == "ansible.builtin.getent" and failed(t.res):
+            r.written = {"msg": f"the cluster user does not exist on {t.host} ({_msg(t.res)})"}
     return [by[h] for h in hosts]
 
 
