@@ -28,7 +28,8 @@ MAX_PER_CODE = 20  # findings of one code per node and file (a flood of one erro
 # A line's node, where the line names it: journal lines ("2026-12-02T10:00:00+0000 node1 kernel: ..."), NCCL's
 # "host:pid:tid [dev] NCCL ..." prefix, and megaprov's own "megaprov: node X" lines.
 _JOURNAL_HOST = re.compile(r"^(?:\d{4}-\d\d-\d\dT\S+|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) \S+?(?:\[\d+\])?: ")
-_NCCL_HOST = re.compile(r"^(?:\[[^\]]*\]:?\s*)?(?:\d+: )?(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL ")
+# NCCL src/debug.cc: "host:pid:tid [dev] NCCL INFO ...", "host:pid:tid [dev] file:line (func) NCCL WARN ..."
+_NCCL_HOST = re.compile(r"^(?:\[[^\]]*\]:?\s*)?(?:\d+: )?(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ (?:\([^)]*\) )?)?NCCL ")
 _MEGAPROV_NODE = re.compile(r"^megaprov: node (?P<host>\S+) \(node rank \d+\)")
 
 
@@ -188,11 +189,13 @@ RULES: tuple[Rule, ...] = (
             r"|(?:(?:Connect|connect) to (?:127\.\d+\.\d+\.\d+|\[?::1\]?)<\d+> failed)"
         ),
     ),
-    # NCCL src/transport/net_ib.cc: "NET/IB : Got completion from peer %s with status=%d opcode=%d len=%u vendor err %u (%s)%s%s%s%s hca %s"
-    # (older releases: "... with error %d, opcode %d, len %d, vendor err %d")
+    # NCCL src/transport/net_ib/p2p.cc: "NET/IB: Got completion from peer %s with status=%s(%d) opcode=%s(%d) vendor_err=%u %s%s%s%s hca %s"
+    # (2.2x: "with status=%d opcode=%d len=%u vendor err %u"; older releases: "with error %d, opcode %d, len %d, vendor err %d")
     Rule(
         "IB_COMPLETION_ERROR",
-        re.compile(r"NET/IB ?: Got completion from peer (?P<peer>\S+?) with (?:error |status=)(?P<status>\d+)(?:.*?\bhca (?P<hca>[\w.-]+))?"),
+        re.compile(
+            r"NET/IB ?: Got completion from peer (?P<peer>\S+?) with (?:error |status=)(?:\w+\()?(?P<status>\d+)(?:.*?\bhca (?P<hca>[\w.-]+))?"
+        ),
         _ib_completion,
     ),
     # torch c10d socket.cpp: "The server socket has failed to listen on any local network address. ... port: %d, useIpv6: %d, code: %d,
@@ -230,10 +233,12 @@ RULES: tuple[Rule, ...] = (
             r"Socket Timeout"
         ),
     ),
-    # megatron-core datasets (indexed_dataset.py): the .idx/.bin of a prefix opened with open(); the trainer's own check
+    # megatron-core datasets/indexed_dataset.py (IndexedDataset.initialize): "One or both of the .idx and .bin files cannot be found at
+    # the path prefix %s"; an open() of a missing .idx/.bin
     Rule(
         "DATA_PREFIX_MISSING",
         re.compile(
+            r"(?:One or both of the \.idx and \.bin files cannot be found at the path prefix (?P<prefix>\S+))|"
             r"(?:No such file or directory: '(?P<path>[^']+\.(?:idx|bin))')|"
             r"(?:dataset prefix \S+ (?:does not exist|not found))|"
             r"(?:\S+\.(?:idx|bin) (?:does not exist|not found))"
@@ -257,7 +262,7 @@ RULES: tuple[Rule, ...] = (
         "RANK_KILLED",
         re.compile(
             r"(?:Signal (?P<signum>\d+) \((?P<signame>SIG\w+)\) received by PID (?P<pid>\d+))|"
-            r"(?:failed \(exitcode: (?P<exitcode>-\d+)\) local_rank: (?P<lrank>\d+))"
+            r"(?:failed \(exitcode: (?P<exitcode>-\d+)\) local_rank: (?P<lrank>\d+)(?: \(pid: (?P<pid2>\d+)\))?)"
         ),
         _killed,
     ),
@@ -267,7 +272,8 @@ RULES: tuple[Rule, ...] = (
     Rule("GPU_ECC", re.compile(r"uncorrectable ECC error encountered")),
 )
 
-_NCCL_VERSION = re.compile(r"NCCL INFO NCCL version (?P<version>\d+\.\d+\.\d+)")
+# NCCL's init line (src/init.cc VERSION_STRING, as INFO or at NCCL_DEBUG=VERSION/WARN alone); not "compiled with NCCL version"
+_NCCL_VERSION = re.compile(r"(?<!with )NCCL version (?P<version>\d+\.\d+\.\d+)")
 _TIMER = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?(?P<name>[a-z][\w-]*(?: [\w-]+)*) \.{3,}: \(?(?P<min>[\d.]+)(?:, (?P<max>[\d.]+)\))?")
 _LAST_ERROR = re.compile(r"Last error:\s*(?P<text>\S.*)?$")
 
@@ -317,7 +323,7 @@ def _dedup_key(rule: Rule, m: re.Match[str]) -> str:
     ):
         return rule.code
     if rule.code == "RANK_KILLED":
-        return m["pid"] or m["lrank"] or ""
+        return m["pid"] or m["pid2"] or m["lrank"] or ""  # torchrun's two lines about one rank: once
     if rule.code == "CUDA_OOM":
         return m["gpu"] or "oom"
     if rule.code == "NCCL_TIMEOUT":
@@ -331,25 +337,20 @@ def scan(lines: Iterable[str], ctx: Context) -> list[Finding]:
     """Findings in a log. Pure."""
     state = _Scan(ctx)
     pending_last_error: Finding | None = None
+    header_at = 0  # the line of a bare "Last error:" (torch prints NCCL's last error on the next line)
     for number, raw in enumerate(lines, 1):
         line = raw.rstrip("\n")[:MAX_LINE]
         node = node_of(line) or ctx.node
         if pending_last_error is not None:
             m = _LAST_ERROR.search(line)
-            if m:
-                detail = m["text"] or ""
-                if not detail:
-                    continue  # "Last error:" alone: the text is on the next line
-                _refine_system_error(state, pending_last_error, detail, number)
-                pending_last_error = None
+            if m and not m["text"]:
+                header_at = number
                 continue
-            if (
-                re.search(r"\w+: .*(?:fail|error|refused|abort|unreachable)", line, re.IGNORECASE)
-                and "Last error" not in line
-                and pending_last_error.line + 3 >= number
-            ):
-                _refine_system_error(state, pending_last_error, line.strip(), number)
-                pending_last_error = None
+            detail = m["text"] if m else (_strip_rank(line) if header_at and number == header_at + 1 else "")
+            if detail:
+                _refine_system_error(state, pending_last_error, detail, number)
+                pending_last_error, header_at = None, 0
+                continue
         it = parse_iteration(line)
         if it is not None:
             state.iterations.append((number, it))
@@ -379,7 +380,21 @@ def scan(lines: Iterable[str], ctx: Context) -> list[Finding]:
     _nccl_versions(state)
     _iterations(state)
     _timers(state)
-    return state.found
+    return _explained(state.found)
+
+
+def _explained(found: list[Finding]) -> list[Finding]:
+    """A peer lost because a rank was killed (a signal, the OOM killer) in the same log is that kill's consequence: the
+    kill is the finding. Likewise a system error that turned out to be the loopback trap."""
+    codes = {f.code for f in found}
+    drop = set()
+    if codes & {"RANK_KILLED", "RANK_OOM_KILLED"}:
+        drop.add("PEER_LOST")
+    return [f for f in found if f.code not in drop]
+
+
+def _strip_rank(line: str) -> str:
+    return re.sub(r"^\[rank\d+\]:\s*", "", line.strip())
 
 
 def _refine_system_error(state: _Scan, found: Finding, detail: str, number: int) -> None:
@@ -387,7 +402,10 @@ def _refine_system_error(state: _Scan, found: Finding, detail: str, number: int)
     index = state.found.index(found)
     evidence = f"{found.evidence} | Last error: {detail}"
     if re.search(r"\b127\.\d+\.\d+\.\d+\b", detail):
-        state.found[index] = finding("NCCL_LOOPBACK", found.node, evidence, source=found.source, line=found.line)
+        if any(f.code == "NCCL_LOOPBACK" and f.node == found.node for f in state.found):
+            del state.found[index]  # the loopback finding already stands for it
+        else:
+            state.found[index] = finding("NCCL_LOOPBACK", found.node, evidence, source=found.source, line=found.line)
         return
     address = re.search(r"(?:to|from|peer) \[?([\w.:]+?)\]?<(\d+)>", detail)
     cause = f"NCCL failed a socket or device call: {detail[:200]}"

@@ -1,0 +1,92 @@
+"""megaprov doctor's parsers on the tools' recorded outputs (tests/unit/doctor_recorded/, each file's source in its
+SOURCES.md): nvidia-smi's query CSV, kernel log Xid lines, ibstat, perfquery, dcgmi diag JSON, nccl-tests tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from megaprov.ops.doctor import health, parsers, signatures
+from tests.conftest import load_module
+
+RECORDED = Path(__file__).resolve().parent / "doctor_recorded"
+NCCL_CHECK = Path(__file__).resolve().parents[2] / "ansible_collections/megaprov/cluster/plugins/modules/nccl_check.py"
+QUERY = (
+    "index,pci.bus_id,name,serial,memory.total,ecc.errors.uncorrected.volatile.total,ecc.errors.uncorrected.aggregate.total,"
+    "remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure,pcie.link.gen.current,"
+    "pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,driver_version"
+)
+
+
+def text(name: str) -> str:
+    return (RECORDED / name).read_text()
+
+
+def test_nvidia_smi_query_of_a_healthy_h100_node():
+    gpus = parsers.nvidia_smi_query(text("nvidia-smi-query-h100x8.csv"), QUERY)
+    assert [g.index for g in gpus] == list(range(8))
+    assert all("H100" in g.name and g.ecc_uncorrected_volatile == 0 and g.remap_pending is False and g.remap_failed is False for g in gpus)
+    assert all(g.pcie_width == g.pcie_width_max == 16 for g in gpus)
+
+
+def test_nvidia_smi_query_of_a_faulty_node():
+    gpus = {g.index: g for g in parsers.nvidia_smi_query(text("nvidia-smi-query-h100x8-faulty.csv"), QUERY)}
+    assert gpus[3].ecc_uncorrected_volatile == 2
+    assert gpus[5].remap_pending is True
+    assert (gpus[6].pcie_width, gpus[6].pcie_width_max) == (8, 16)
+
+
+def test_xid_lines_in_a_kernel_log():
+    found = signatures.scan(text("dmesg-xid.txt").splitlines(), signatures.Context("dmesg-xid.txt", "gpu1"))
+    xids = sorted({f.evidence.split("): ")[1].split(",")[0] for f in found if f.code == "GPU_XID"}, key=int)
+    assert {"79", "48", "13"} <= set(xids), xids
+    assert any(f.code == "RANK_OOM_KILLED" for f in found)
+    by = {f.evidence.split("): ")[1].split(",")[0]: f for f in found if f.code == "GPU_XID"}
+    assert by["79"].severity == "error" and "drain" in by["79"].fix or "reset" in by["79"].fix
+
+
+def test_ibstat_ports_state_and_rate():
+    ports = parsers.ibstat(text("ibstat.txt"))
+    assert len(ports) >= 8 and all(p.ca.startswith("mlx5_") for p in ports)
+    states = {p.state for p in ports}
+    assert "Active" in states and states - {"Active"}, states
+    assert {p.rate_gbps for p in ports if p.state == "Active"} >= {400.0, 200.0}
+
+
+def test_perfquery_counters_rising_between_two_readings():
+    before, after = parsers.perfquery(text("perfquery-before.txt")), parsers.perfquery(text("perfquery-after.txt"))
+    assert "SymbolErrorCounter" in before and "LinkDownedCounter" in before
+    assert after["SymbolErrorCounter"] > before["SymbolErrorCounter"] and after["LinkDownedCounter"] > before["LinkDownedCounter"]
+    probe = {"infiniband": {"perfquery": {"mlx5_0:1": text("perfquery-after.txt")}, "sysfs": {}}}
+    facts = health.ClusterFacts(["gpu1"], {}, {"gpu1": True}, {}, previous_counters={"gpu1": {"mlx5_0:1": before}})
+    found = [f for f in health.judge_node(health.NodeReading("gpu1", {**probe, "pci_gpus": 0}), facts) if f.code == "IB_ERRORS_RISING"]
+    assert found and "SymbolErrorCounter +" in found[0].evidence
+
+
+def test_dcgmi_diag_json_passing_and_failing():
+    assert [r for r in parsers.dcgmi_diag(text("dcgmi-diag-r1.json")) if r.status == "Fail"] == []
+    assert parsers.dcgmi_diag(text("dcgmi-diag-r1.json")), "no test results read"
+    failed = [r for r in parsers.dcgmi_diag(text("dcgmi-diag-r3-fail.json")) if r.status == "Fail"]
+    assert failed and failed[0].gpu == "2", failed
+
+
+def test_nccl_tests_tables_as_the_nccl_check_module_reads_them():
+    module = load_module(NCCL_CHECK, "doctor_nccl_check")
+    healthy = module.parse(text("nccl-tests-all_reduce-8gpu.txt"))
+    assert healthy["wrong"] == 0 and healthy["peak_busbw"] > 400
+    slow = module.parse(text("nccl-tests-all_reduce-2node-slow.txt"))
+    assert slow["peak_busbw"] < 60
+    pairs = [
+        (["a", "b"], healthy["peak_busbw"]),
+        (["c", "d"], slow["peak_busbw"]),
+        (["b", "c"], healthy["peak_busbw"]),
+        (["d", "a"], slow["peak_busbw"]),
+    ]
+    assert [f.node for f in health.judge_pairs(pairs)] == ["d"]
+
+
+def test_chronyc_tracking():
+    synced = parsers.chronyc_tracking(
+        "Reference ID    : C0A80001 (192.168.0.1)\nSystem time     : 0.000104 seconds slow of NTP time\nLeap status     : Normal\n"
+    )
+    assert synced.synchronised is True and synced.offset_s == -0.000104
+    assert parsers.chronyc_tracking("Leap status     : Not synchronised\n").synchronised is False
