@@ -11,13 +11,29 @@ from megaprov.ops.doctor import health
 from megaprov.ops.doctor.findings import CODES
 
 SMI_FIELDS = (
-    "index,pci.bus_id,name,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,"
-    "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,driver_version"
+    "index,pci.bus_id,name,ecc.errors.uncorrected.volatile.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
+    "pcie.link.width.max,driver_version"
 )
+REMAP_FIELDS = "gpu_bus_id,remapped_rows.pending,remapped_rows.failure"
 
 
 def smi_rows(n: int = 8) -> str:
-    return "\n".join(f"{i}, 00000000:{0x18 + i:02X}:00.0, NVIDIA H100 80GB HBM3, 0, No, No, 1, 5, 16, 16, 570.86.15" for i in range(n)) + "\n"
+    return "\n".join(f"{i}, 00000000:{0x18 + i:02X}:00.0, NVIDIA H100 80GB HBM3, 0, 1, 5, 16, 16, 570.86.15" for i in range(n)) + "\n"
+
+
+def remap_rows(n: int = 8, pending: int = -1, failed: int = -1) -> str:
+    rows = [f"00000000:{0x18 + i:02X}:00.0, {'Yes' if i == pending else 'No'}, {'Yes' if i == failed else 'No'}" for i in range(n)]
+    return "\n".join(rows) + "\n"
+
+
+def smi(stdout: str, remapped: str | None = None) -> dict:
+    return {
+        "rc": 0,
+        "stdout": stdout,
+        "stderr": "",
+        "fields": SMI_FIELDS,
+        "remapped": {"rc": 0, "stdout": remapped if remapped is not None else remap_rows(), "fields": REMAP_FIELDS},
+    }
 
 
 def probe(**over):
@@ -46,7 +62,7 @@ def probe(**over):
             "nvidia-dcgm": {"load": "loaded", "active": "inactive", "sub": "dead", "enabled": "disabled"},
             "slurmd": {"load": "not-found", "active": "inactive", "sub": "dead", "enabled": ""},
         },
-        "nvidia_smi": {"rc": 0, "stdout": smi_rows(), "stderr": "", "fields": SMI_FIELDS},
+        "nvidia_smi": smi(smi_rows()),
         "pci_gpus": 8,
         "kernel": {
             "source": "journalctl -k -b",
@@ -94,11 +110,10 @@ def test_a_healthy_gpu_node_gives_nothing():
 
 def test_gpu_memory_and_link_faults_are_named_per_gpu():
     rows = smi_rows().splitlines()
-    rows[3] = rows[3].replace("HBM3, 0, No, No", "HBM3, 2, No, No")
-    rows[5] = rows[5].replace("HBM3, 0, No, No", "HBM3, 0, Yes, No")
+    rows[3] = rows[3].replace("HBM3, 0, 1", "HBM3, 2, 1")
     rows[6] = rows[6].replace("1, 5, 16, 16", "1, 5, 8, 16")
-    rows[7] = rows[7].replace("HBM3, 0, No, No", "HBM3, 0, No, Yes")
-    found = one(probe(nvidia_smi={"rc": 0, "stdout": "\n".join(rows), "stderr": "", "fields": SMI_FIELDS}))
+    remaps = remap_rows(pending=5, failed=7)
+    found = one(probe(nvidia_smi=smi("\n".join(rows), remaps)))
     assert codes(found) == ["GPU_ECC", "GPU_PCIE_DEGRADED", "GPU_ROW_REMAP_FAILED", "GPU_ROW_REMAP_PENDING"]
     assert any("GPU 3 " in f.evidence and "= 2" in f.evidence for f in found if f.code == "GPU_ECC")
     assert any("x8 of x16" in f.evidence for f in found)
@@ -111,7 +126,7 @@ def test_an_idle_gpus_lower_link_generation_is_not_a_fault():
 
 def test_a_gpu_missing_from_nvidia_smi_is_counted_against_the_bus_and_the_inventory():
     seven = "\n".join(smi_rows().splitlines()[:7])
-    found = one(probe(nvidia_smi={"rc": 0, "stdout": seven, "stderr": "", "fields": SMI_FIELDS}))
+    found = one(probe(nvidia_smi=smi(seven)))
     assert codes(found) == ["GPU_COUNT"]
     assert "lists 7" in found[0].evidence and "PCI bus 8" in found[0].evidence
 

@@ -10,11 +10,8 @@ from tests.conftest import load_module
 
 RECORDED = Path(__file__).resolve().parent / "doctor_recorded"
 NCCL_CHECK = Path(__file__).resolve().parents[2] / "ansible_collections/megaprov/cluster/plugins/modules/nccl_check.py"
-QUERY = (
-    "index,pci.bus_id,name,serial,memory.total,ecc.errors.uncorrected.volatile.total,ecc.errors.uncorrected.aggregate.total,"
-    "remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure,pcie.link.gen.current,"
-    "pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,driver_version"
-)
+PROBE = load_module(Path(__file__).resolve().parents[2] / "ansible_collections/megaprov/cluster/plugins/modules/doctor_probe.py", "doctor_probe")
+QUERY, REMAP = PROBE.SMI_FIELDS, PROBE.REMAP_FIELDS
 
 
 def text(name: str) -> str:
@@ -22,17 +19,27 @@ def text(name: str) -> str:
 
 
 def test_nvidia_smi_query_of_a_healthy_h100_node():
-    gpus = parsers.nvidia_smi_query(text("nvidia-smi-query-h100x8.csv"), QUERY)
+    gpus = parsers.nvidia_smi_query(text("nvidia-smi-query-h100x8.csv"), QUERY, text("nvidia-smi-remapped-h100x8.csv"), REMAP)
     assert [g.index for g in gpus] == list(range(8))
     assert all("H100" in g.name and g.ecc_uncorrected_volatile == 0 and g.remap_pending is False and g.remap_failed is False for g in gpus)
     assert all(g.pcie_width == g.pcie_width_max == 16 for g in gpus)
 
 
 def test_nvidia_smi_query_of_a_faulty_node():
-    gpus = {g.index: g for g in parsers.nvidia_smi_query(text("nvidia-smi-query-h100x8-faulty.csv"), QUERY)}
+    gpus = {
+        g.index: g
+        for g in parsers.nvidia_smi_query(text("nvidia-smi-query-h100x8-faulty.csv"), QUERY, text("nvidia-smi-remapped-h100x8-faulty.csv"), REMAP)
+    }
     assert gpus[3].ecc_uncorrected_volatile == 2
     assert gpus[5].remap_pending is True
     assert (gpus[6].pcie_width, gpus[6].pcie_width_max) == (8, 16)
+    assert [g.index for g in gpus.values() if g.remap_pending] == [5] and not any(g.remap_failed for g in gpus.values())
+
+
+def test_a_gpu_without_row_remapping_reads_as_unknown():
+    line = "0, 00000000:18:00.0, Tesla V100-SXM2-32GB, 0, 3, 3, 16, 16, 535.183.01\n"
+    (gpu,) = parsers.nvidia_smi_query(line, QUERY, text("nvidia-smi-remapped-v100-na.csv"), REMAP)
+    assert gpu.remap_pending is None and gpu.remap_failed is None
 
 
 def test_xid_lines_in_a_kernel_log():
@@ -41,7 +48,9 @@ def test_xid_lines_in_a_kernel_log():
     assert {"79", "48", "13"} <= set(xids), xids
     assert any(f.code == "RANK_OOM_KILLED" for f in found)
     by = {f.evidence.split("): ")[1].split(",")[0]: f for f in found if f.code == "GPU_XID"}
-    assert by["79"].severity == "error" and "drain" in by["79"].fix or "reset" in by["79"].fix
+    assert by["79"].severity == "error" and "drain" in by["79"].fix
+    assert by["13"].severity == "warn" and "application" in by["13"].fix
+    assert by["94"].node == "gpu-a07" and "restart the job" in by["94"].fix
 
 
 def test_ibstat_ports_state_and_rate():

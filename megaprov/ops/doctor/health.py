@@ -134,7 +134,9 @@ def _gpus(node: str, p: dict[str, Any], facts: ClusterFacts) -> list[Finding]:
                 fix="run `megaprov bootstrap INV --tags gpu` (it loads or installs the driver); reboot if nvidia-smi hangs",
             )
         ]
-    gpus = parsers.nvidia_smi_query(str(smi.get("stdout", "")), str(smi.get("fields", "")))
+    remap = smi.get("remapped") or {}
+    remapped = str(remap.get("stdout", "")) if int(remap.get("rc", 1) or 0) == 0 else ""
+    gpus = parsers.nvidia_smi_query(str(smi.get("stdout", "")), str(smi.get("fields", "")), remapped, str(remap.get("fields", "")))
     out: list[Finding] = []
     want = max(pci, expected)
     if len(gpus) < want:

@@ -47,14 +47,28 @@ def _yes(text: str) -> bool | None:
     return None
 
 
-def nvidia_smi_query(text: str, fields: str) -> list[Gpu]:
-    """``nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits``: one GPU per line, the fields in the order asked."""
+def csv_rows(text: str, fields: str) -> list[dict[str, str]]:
+    """``nvidia-smi --query-*=FIELDS --format=csv,noheader,nounits``: one dict per line, the fields in the order asked."""
     names = [f.strip() for f in fields.split(",")]
+    return [
+        dict(zip(names, (c.strip() for c in row), strict=True))
+        for row in csv.reader(text.splitlines(), skipinitialspace=True)
+        if len(row) == len(names)
+    ]
+
+
+def _bus(bus_id: str) -> str:
+    """A PCI bus id as nvidia-smi prints it in either query (00000000:18:00.0), compared in lower case."""
+    return bus_id.strip().lower()
+
+
+def nvidia_smi_query(text: str, fields: str, remapped: str = "", remapped_fields: str = "") -> list[Gpu]:
+    """``nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits``, and its ``--query-remapped-rows`` output joined by
+    bus id: one GPU per line. A GPU without row remapping (before Ampere) prints N/A there: None."""
+    remaps = {_bus(r.get("gpu_bus_id", "")): r for r in csv_rows(remapped, remapped_fields)} if remapped else {}
     gpus = []
-    for row in csv.reader(text.splitlines(), skipinitialspace=True):
-        if len(row) != len(names):
-            continue
-        value = dict(zip(names, (c.strip() for c in row), strict=True))
+    for value in csv_rows(text, fields):
+        value = {**value, **{k: v for k, v in remaps.get(_bus(value.get("pci.bus_id", "")), {}).items() if k != "gpu_bus_id"}}
         index = _int(value.get("index", ""))
         if index is None:
             continue

@@ -11,7 +11,7 @@ short_description: Read a node's health state for megaprov doctor (GPUs, kernel 
 description:
   - Returns raw outputs and readings; megaprov's controller judges them (megaprov/ops/doctor/health.py), so that the
     parsers are tested on recorded outputs there.
-  - "Reads: nvidia-smi's per-GPU query (ECC, remapped rows, PCIe link), the NVIDIA GPUs on the PCI bus, the kernel log
+  - "Reads: nvidia-smi's per-GPU query (ECC, PCIe link) and its remapped rows query, the NVIDIA GPUs on the PCI bus, the kernel log
     lines of the NVIDIA driver, the OOM killer and the HCAs, ibstat and perfquery per port (or sysfs), what the host
     name resolves to and the cluster interface's addresses, the clock and chrony's tracking, the versions of the driver,
     CUDA, NCCL, torch and megatron-core, free space of the given directories and the state of the given units."
@@ -89,7 +89,7 @@ services:
   type: dict
   returned: always
 nvidia_smi:
-  description: "nvidia-smi's query ({rc, stdout, stderr, fields}), null where nvidia-smi is absent."
+  description: "nvidia-smi's query ({rc, stdout, stderr, fields, remapped: its row remapping query}), null where nvidia-smi is absent."
   type: dict
   returned: always
 pci_gpus:
@@ -119,9 +119,11 @@ from ansible_collections.megaprov.cluster.plugins.module_utils import pci
 
 # The nvidia-smi --query-gpu fields doctor judges (megaprov/ops/doctor/parsers.py reads them in this order).
 SMI_FIELDS = (
-    "index,pci.bus_id,name,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,"
-    "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,driver_version"
+    "index,pci.bus_id,name,ecc.errors.uncorrected.volatile.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
+    "pcie.link.width.max,driver_version"
 )
+# Row remapping (Ampere and later) has a query of its own (nvidia-smi --help-query-remapped-rows).
+REMAP_FIELDS = "gpu_bus_id,remapped_rows.pending,remapped_rows.failure"
 KERNEL_PATTERN = re.compile(
     r"NVRM|Xid|[Oo]ut of memory|oom-kill|oom_reaper|mlx5|ib_core|\bibp\w*:|nvidia-peermem|NVSwitch|nvidia-fabricmanager", re.IGNORECASE
 )
@@ -292,6 +294,9 @@ def main():
     result["services"] = services(module, p["services"])
     rc, out, err = _run(module, ["nvidia-smi", "--query-gpu=" + SMI_FIELDS, "--format=csv,noheader,nounits"], 60)
     result["nvidia_smi"] = None if rc == 127 else {"rc": rc, "stdout": out, "stderr": err, "fields": SMI_FIELDS}
+    if rc == 0:
+        rc, out, err = _run(module, ["nvidia-smi", "--query-remapped-rows=" + REMAP_FIELDS, "--format=csv,noheader,nounits"], 60)
+        result["nvidia_smi"]["remapped"] = {"rc": rc, "stdout": out, "fields": REMAP_FIELDS}
     result["pci_gpus"] = len(pci.nvidia_gpus(p["pci_devices"]))
     result["kernel"] = kernel_log(module, max(1, min(p["kernel_lines"], 5000)))
     result["infiniband"] = infiniband(module, p["sysfs_infiniband"])
