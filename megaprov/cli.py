@@ -271,7 +271,7 @@ def _job_parsers(sub: Any) -> None:
     output(logs)
 
     doctor = sub.add_parser("doctor", help="cluster health checks (-i INVENTORY) and failure diagnosis of logs (--log FILE, --job NAME)")
-    doctor.add_argument("-i", "--inventory", help="check this cluster's nodes")
+    doctor.add_argument("-i", "--inventory", help="check this cluster's nodes (with --job: the cluster the job ran on, to find it)")
     doctor.add_argument(
         "--level", choices=("passive", "quick", "deep"), default="passive", help="passive (seconds, default), quick (a minute), deep (minutes)"
     )
@@ -562,12 +562,12 @@ def _cmd_doctor(args: argparse.Namespace) -> Outcome:
             "megaprov doctor needs -i INVENTORY, --log FILE or --job NAME",
             "e.g. megaprov doctor -i inventory.ini, or megaprov doctor --log node1.log",
         )
-    if (args.drain or args.node or args.level != "passive") and not args.inventory:
-        raise UsageError("--drain, --node and --level check a cluster", "pass -i INVENTORY")
+    if (args.drain or args.node or args.level != "passive") and (not args.inventory or args.job):
+        raise UsageError("--drain, --node and --level check a cluster", "pass -i INVENTORY without --job (run the job's diagnosis on its own)")
     quiet = args.output == "json"
     report = Report()
     titles = []
-    if args.inventory:
+    if args.inventory and not args.job:  # with --job, -i only says where the job is
         req = health.Request(args.inventory, args.level, args.node, args.drain, _extravars(args.extra_vars), quiet)
         found = health.examine(req)
         health.record(args.inventory, found, args.level)
@@ -585,7 +585,7 @@ def _cmd_doctor(args: argparse.Namespace) -> Outcome:
         report.checked += found.checked
         titles.append(f"{len(args.log)} log file(s)")
     drained: dict[str, str] = {}
-    if args.drain and args.inventory:
+    if args.drain:
         drained = health.drain(req, report)
     result = {**doctor.as_json(report), "drained": drained}
     if not quiet:

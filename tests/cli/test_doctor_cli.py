@@ -38,6 +38,8 @@ def test_cluster_flags_need_an_inventory(tmp_path, capsys):
     for flags in (["--drain"], ["--level", "deep"], ["--node", "n1"]):
         code, _, err = run(capsys, "doctor", "--log", str(log), *flags)
         assert code == ExitCode.USAGE and "pass -i INVENTORY" in one_line(err), flags
+        code, _, err = run(capsys, "doctor", "--job", "j1", "-i", "x.ini", *flags)
+        assert code == ExitCode.USAGE and "without --job" in one_line(err), flags
 
 
 def test_a_bad_level_is_refused_by_name(capsys):

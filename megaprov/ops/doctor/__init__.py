@@ -38,8 +38,10 @@ def diagnose_job(name: str, inventory: str | None) -> Report:
         raise UsageError(f"job {job.name} has no node logs yet in {job.local_dir / 'logs'}", "wait for the job to start, or give --log FILE")
     context = job_context(job.local_dir)
     report = Report(checked=[str(p) for p in logs])
+    found = []
     for path in logs[:MAX_LOG_FILES]:
-        report.add(*signatures.scan_file(path, node=path.stem, job=context))
+        found += signatures.scan_file(path, node=path.stem, job=context)
+    report.add(*signatures.explained(found))  # across the job's nodes: a peer lost because another node's rank was killed
     from megaprov.training.follow import gpu_samples
 
     for path in sorted((job.local_dir / "logs").glob("gpu-*.csv"))[:MAX_LOG_FILES]:

@@ -136,6 +136,15 @@ def _killed(m: re.Match[str], ctx: Context) -> tuple[str, str]:
     return f"a rank ended on {what}" + (f": {why}" if why else ""), ""
 
 
+def _torchrun_signal(m: re.Match[str], ctx: Context) -> tuple[str, str]:
+    name = {134: "SIGABRT", 135: "SIGBUS", 137: "SIGKILL", 139: "SIGSEGV"}[int(m["rc"])]
+    return (
+        f"torchrun on {m['host']} ended on {name} (exit {m['rc']}): its ranks died with it"
+        + (" (SIGKILL: the kernel's OOM killer or an operator's kill -9)" if name == "SIGKILL" else ""),
+        f"look at {m['host']}'s kernel log (`megaprov doctor -i INV --node {m['host']}`, journalctl -k); `megaprov train --resume NAME` continues",
+    )
+
+
 def _oom_killer(m: re.Match[str], ctx: Context) -> tuple[str, str]:
     return f"the kernel killed process {m['pid']} ({m['comm']}) because the node ran out of memory", ""
 
@@ -256,6 +265,13 @@ RULES: tuple[Rule, ...] = (
     ),
     # Linux mm/oom_kill.c: "Out of memory: Killed process %d (%s) total-vm:..." (also "Memory cgroup out of memory: Killed process")
     Rule("RANK_OOM_KILLED", re.compile(r"[Oo]ut of memory: Killed process (?P<pid>\d+) \((?P<comm>[^)]*)\)"), _oom_killer),
+    # megaprov's own line in a job's node log (megaprov/training/render.py): "megaprov: node %s (node rank %d): torchrun exited with %d
+    # at %s"; 128 + a signal: 134 SIGABRT, 135 SIGBUS, 137 SIGKILL, 139 SIGSEGV (143, SIGTERM, and 130, SIGINT, are stops)
+    Rule(
+        "RANK_KILLED",
+        re.compile(r"^megaprov: node (?P<host>\S+) \(node rank \d+\): torchrun exited with (?P<rc>13[457]|139) at"),
+        _torchrun_signal,
+    ),
     # torch.distributed.elastic: "failed (exitcode: %d) local_rank: %d (pid: %d) of binary: ..." and the ChildFailedError
     # summary's "Signal %d (%s) received by PID %d"
     Rule(
@@ -323,6 +339,8 @@ def _dedup_key(rule: Rule, m: re.Match[str]) -> str:
     ):
         return rule.code
     if rule.code == "RANK_KILLED":
+        if "rc" in m.groupdict():
+            return f"torchrun:{m['host']}:{m.start()}"
         return m["pid"] or m["pid2"] or m["lrank"] or ""  # torchrun's two lines about one rank: once
     if rule.code == "CUDA_OOM":
         return m["gpu"] or "oom"
@@ -380,10 +398,10 @@ def scan(lines: Iterable[str], ctx: Context) -> list[Finding]:
     _nccl_versions(state)
     _iterations(state)
     _timers(state)
-    return _explained(state.found)
+    return explained(state.found)
 
 
-def _explained(found: list[Finding]) -> list[Finding]:
+def explained(found: list[Finding]) -> list[Finding]:
     """A peer lost because a rank was killed (a signal, the OOM killer) in the same log is that kill's consequence: the
     kill is the finding. Likewise a system error that turned out to be the loopback trap."""
     codes = {f.code for f in found}
