@@ -99,3 +99,12 @@ def test_chronyc_tracking():
     )
     assert synced.synchronised is True and synced.offset_s == -0.000104
     assert parsers.chronyc_tracking("Leap status     : Not synchronised\n").synchronised is False
+
+
+def test_xid_lines_of_dmesg_without_host_names_and_of_mig_instances():
+    found = signatures.scan(text("dmesg-iso-xid.txt").splitlines(), signatures.Context("dmesg-iso-xid.txt", "gpu2"))
+    xids = [f for f in found if f.code == "GPU_XID"]
+    assert xids and all(f.node == "gpu2" for f in xids)  # dmesg names no host: the node the log came from
+    mig = "2026-11-30T07:00:00+0000 gpu-a07 kernel: NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=1234, name=python, Contained: SM (0x1)."
+    (f,) = signatures.scan([mig], signatures.Context("k.log"))
+    assert f.code == "GPU_XID" and "Xid 94" in f.cause and f.node == "gpu-a07"

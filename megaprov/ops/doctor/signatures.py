@@ -283,7 +283,8 @@ RULES: tuple[Rule, ...] = (
         _killed,
     ),
     # NVIDIA driver (open-gpu-kernel-modules, nvErrorLog): "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..."
-    Rule("GPU_XID", re.compile(r"NVRM: Xid \((?P<pci>PCI:[0-9a-fA-F:.]+)\): (?P<xid>\d+), ?(?P<text>.*)"), _xid, _xid_severity),
+    # (MIG-attributed errors name the GPU instance too: "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...")
+    Rule("GPU_XID", re.compile(r"NVRM: Xid \((?P<pci>PCI:[0-9a-fA-F:.]+)(?: GPU-I:\w+)?\): (?P<xid>\d+)(?:, ?(?P<text>.*))?"), _xid, _xid_severity),
     # CUDA runtime: cudaErrorECCUncorrectable's string
     Rule("GPU_ECC", re.compile(r"uncorrectable ECC error encountered")),
 )
