@@ -164,3 +164,14 @@ def test_falling_gpu_utilisation_in_a_jobs_samples():
     assert [f.code for f in found] == ["THROUGHPUT_FALLING"] and "95 % early, 40 % late" in found[0].evidence
     idle = [{"util": 10.0} for _ in range(20)] + [{"util": 2.0} for _ in range(20)]
     assert signatures.gpu_utilisation(idle, "gpu1", "x") == []  # never busy: the verdict's utilisation check says so, not a fall
+
+
+def test_a_store_closed_at_the_end_of_a_job_that_exited_cleanly_is_no_peer_loss():
+    end = [
+        "megaprov: node node2 (node rank 1): torchrun starting at 2026-12-02T23:33:40.000Z",
+        "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?",
+        "megaprov: node node2 (node rank 1): torchrun exited with 0 at 2026-12-02T23:34:26.000Z",
+    ]
+    assert codes(end) == []
+    restarted = [end[0], end[1], end[2].replace("exited with 0", "exited with 1"), end[0], end[2]]
+    assert codes(restarted) == ["PEER_LOST"]  # it failed that attempt: the job restarted

@@ -292,6 +292,7 @@ RULES: tuple[Rule, ...] = (
 # NCCL's init line (src/init.cc VERSION_STRING, as INFO or at NCCL_DEBUG=VERSION/WARN alone); not "compiled with NCCL version"
 _NCCL_VERSION = re.compile(r"(?<!with )NCCL version (?P<version>\d+\.\d+\.\d+)")
 _TIMER = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?(?P<name>[a-z][\w-]*(?: [\w-]+)*) \.{3,}: \(?(?P<min>[\d.]+)(?:, (?P<max>[\d.]+)\))?")
+_TORCHRUN = re.compile(r"^megaprov: node \S+ \(node rank \d+\): torchrun (?:starting|exited with (?P<rc>-?\d+)) at ")
 _LAST_ERROR = re.compile(r"Last error:\s*(?P<text>\S.*)?$")
 
 
@@ -313,6 +314,8 @@ class _Scan:
     nccl_versions: dict[str, tuple[int, str]] = field(default_factory=dict)  # host -> (line, version)
     timers: dict[str, list[float]] = field(default_factory=dict)
     timer_line: int = 0
+    clean_exits: list[int] = field(default_factory=list)  # megaprov's "torchrun exited with 0" lines
+    starts: list[int] = field(default_factory=list)  # megaprov's "torchrun starting" lines
 
     def add(self, code: str, node: str, number: int, evidence: str, cause: str = "", fix: str = "", severity: str = "", key: str = "") -> None:
         where = (code, node)
@@ -370,6 +373,9 @@ def scan(lines: Iterable[str], ctx: Context) -> list[Finding]:
                 _refine_system_error(state, pending_last_error, detail, number)
                 pending_last_error, header_at = None, 0
                 continue
+        started = _TORCHRUN.match(line)
+        if started:
+            (state.clean_exits if started["rc"] == "0" else state.starts if started["rc"] is None else []).append(number)
         it = parse_iteration(line)
         if it is not None:
             state.iterations.append((number, it))
@@ -399,7 +405,20 @@ def scan(lines: Iterable[str], ctx: Context) -> list[Finding]:
     _nccl_versions(state)
     _iterations(state)
     _timers(state)
-    return explained(state.found)
+    return explained(_before_clean_exit(state))
+
+
+def _before_clean_exit(state: _Scan) -> list[Finding]:
+    """A lost connection that the node's torchrun then exited 0 after (no restart between) did not fail the node: at the end
+    of a job the rendezvous host's agent shuts its store down and the other agents' last read finds it closed."""
+    out = []
+    for f in state.found:
+        if f.code == "PEER_LOST":
+            after = [n for n in state.clean_exits if n > f.line]
+            if after and not [n for n in state.starts if f.line < n < after[0]]:
+                continue
+        out.append(f)
+    return out
 
 
 def explained(found: list[Finding]) -> list[Finding]:
