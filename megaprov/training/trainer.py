@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,7 @@ def log_line(
     line += f" iteration {iteration:8d}/{train_iters:8d} |"
     line += f" consumed samples: {consumed:12d} |"
     line += f" elapsed time per iteration (ms): {ms:.1f} |"
-    line += f" throughput per GPU (TFLOP/s/GPU): {tflops:.1f} |"
+    line += f" throughput per GPU (TFLOP/s/GPU): {fixed(tflops)} |"
     line += f" learning rate: {lr:.6E} |"
     line += f" global batch size: {batch:5d} |"
     line += f" lm loss: {loss:.6E} |"
@@ -150,6 +151,67 @@ def log_line(
     line += f" number of skipped iterations: {skipped:3d} |"
     line += f" number of nan iterations: {nan:3d} |"
     return line
+
+
+def fixed(value: float, decimals: int = 1, digits: int = 3) -> str:
+    """``value`` in fixed point with Megatron's ``decimals``, or more where those would leave fewer than ``digits``
+    significant digits: a CPU rank's few GFLOP/s print as 0.0 TFLOP/s/GPU with Megatron's ``.1f``."""
+    if value > 0 and math.isfinite(value):
+        decimals = max(decimals, digits - 1 - math.floor(math.log10(value)))
+    return f"{value:.{decimals}f}"
+
+
+class IntervalTimer:
+    """Megatron's ``interval-time`` timer: it runs through the whole training loop (data, step, logging, the waits
+    for other ranks) and is stopped only while a checkpoint is saved (and, in Megatron, while evaluating, which this
+    trainer does not do). :meth:`lap` reads it at a logged iteration and starts the next interval."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._banked = 0.0
+        self._since: float | None = None
+
+    def start(self) -> None:
+        self._since = self._clock()
+
+    def stop(self) -> None:
+        if self._since is not None:
+            self._banked += self._clock() - self._since
+            self._since = None
+
+    def lap(self) -> float:
+        """Seconds counted since the previous lap; a running timer keeps running."""
+        now = self._clock()
+        seconds = self._banked + (now - self._since if self._since is not None else 0.0)
+        self._banked = 0.0
+        if self._since is not None:
+            self._since = now
+        return seconds
+
+
+class LogWindow:
+    """The iterations since the last logged one: their mean loss, and the interval timer that gives training_log's
+    elapsed time per iteration (the interval's wall time over its iterations) and the TFLOP/s per rank from it."""
+
+    def __init__(self, flops: float, world: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.flops, self.world = flops, world
+        self.timer = IntervalTimer(clock)
+        self.loss = 0.0
+        self.count = 0
+
+    def add(self, loss: float) -> None:
+        self.loss += loss
+        self.count += 1
+
+    def close(self, iteration: int, train_iters: int, consumed: int, lr: float, batch: int, grad_norm: float, skipped: int, nan: int) -> str:
+        """The iteration line for the window, which starts over."""
+        per_iteration = self.timer.lap() / max(self.count, 1)
+        tflops = self.flops / per_iteration / self.world / 1e12 if per_iteration > 0 else 0.0
+        line = log_line(
+            iteration, train_iters, consumed, per_iteration * 1000.0, tflops, lr, batch, self.loss / max(self.count, 1), grad_norm, skipped, nan
+        )
+        self.loss, self.count = 0.0, 0
+        return line
 
 
 def unflatten_into(flat: Any, tensors: list[Any]) -> None:
@@ -416,9 +478,15 @@ def main(argv: list[str] | None = None) -> int:
     dataset_class = MockGPTDataset if args.mock_data else GPTDataset
     # The builder itself builds (and caches the index) on rank 0 first, then on the others after a barrier.
     train_data, _, _ = BlendedMegatronDatasetBuilder(dataset_class, [samples, 0, 0], lambda: True, data_config).build()
+    if rank == 0:  # which megatron.core and which compiled dataset helpers this job runs on (the checkout's, on a cluster)
+        import megatron.core
+        from megatron.core.datasets import helpers
+
+        core_dir = os.path.dirname(os.path.dirname(megatron.core.__file__))
+        say(f"> megatron.core from {core_dir}, dataset helpers {helpers.helpers_cpp.__file__}")
 
     flops = flops_per_iteration(args, vocab)
-    window: dict[str, float] = {"loss": 0.0, "count": 0, "seconds": 0.0}
+    window = LogWindow(flops, world)
     skipped = nan_iters = 0
     # --exit-signal-handler (as Megatron): SIGTERM (systemctl stop, Slurm preemption) ends the run after the current
     # iteration with a checkpoint; every rank agrees through an all-reduce so they save the same iteration.
@@ -429,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     norm_params = [p for p in params if getattr(p, "tensor_model_parallel", False) or tp_rank == 0]
     model.train(True)
     straggler = {"compute": 0.0, "wait": 0.0, "count": 0, "first": iteration + 1}
+    window.timer.start()
     while iteration < args.train_iters:
         start = time.monotonic()
         waited = 0.0
@@ -472,29 +541,13 @@ def main(argv: list[str] | None = None) -> int:
         scheduler.step(increment=gbs)
         iteration += 1
         consumed += gbs
-        seconds = time.monotonic() - start
-        window["loss"] += loss_value
-        window["count"] += 1
-        window["seconds"] += seconds
-        if iteration % args.log_interval == 0 and last:
-            per_iter = window["seconds"] / window["count"]
-            say(
-                log_line(
-                    iteration,
-                    args.train_iters,
-                    consumed,
-                    per_iter * 1000.0,
-                    flops / per_iter / world / 1e12,
-                    optimizer.param_groups[0]["lr"],
-                    gbs,
-                    window["loss"] / window["count"],
-                    grad_norm,
-                    skipped,
-                    nan_iters,
-                )
-            )
+        window.add(loss_value)
         if iteration % args.log_interval == 0:
-            window = {"loss": 0.0, "count": 0, "seconds": 0.0}
+            # Every rank closes the window; the last prints it, as Megatron's print_rank_last. No barrier before the
+            # read (Megatron has one): the all-reduces of every iteration already keep the ranks within one step.
+            line = window.close(iteration, args.train_iters, consumed, optimizer.param_groups[0]["lr"], gbs, grad_norm, skipped, nan_iters)
+            if last:
+                say(line)
             skipped = nan_iters = 0
         stopping = False
         if args.exit_signal_handler:
@@ -512,7 +565,9 @@ def main(argv: list[str] | None = None) -> int:
             say(straggler_line(rank, int(straggler["first"]), iteration, 1000 * straggler["compute"] / n, 1000 * straggler["wait"] / n))
             straggler = {"compute": 0.0, "wait": 0.0, "count": 0, "first": iteration + 1}
         if args.save and (stopping or (args.save_interval and (iteration % args.save_interval == 0 or iteration == args.train_iters))):
+            window.timer.stop()  # as Megatron's save_checkpoint_and_time: the save is not training time
             save(args, iteration, consumed, model, optimizer, scheduler, tp_rank, dp_rank, rank, tp)
+            window.timer.start()
         if stopping:
             if rank == 0:
                 say(f"[{datetime.now():%Y-%m-%d %H:%M:%S}] exiting program after receiving SIGTERM.")

@@ -170,6 +170,11 @@ def _tf(tflops: float) -> str:
     return f"{tflops * 1e3:.1f} GFLOP/s" if tflops < 1 else f"{tflops:.1f} TFLOP/s"
 
 
+def _tflops_per_gpu(tflops: float) -> str:
+    """Two decimals, or two significant digits below 0.1: a CPU lab rank's 0.004 TFLOP/s is not 0.00."""
+    return f"{tflops:.2g}" if 0 < tflops < 0.1 else f"{tflops:.2f}"
+
+
 def slow_nodes(log: JobLog, stored: dict[str, float]) -> list[str]:
     """Sentences naming the slow nodes the logs show (empty when none stands out)."""
     per_node = node_compute_ms(log.rank_compute)
@@ -314,7 +319,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"Loss {report['loss']['first']} -> {report['loss']['last']} (min {report['loss']['min']}); "
         f"median {report['throughput']['tokens_per_second_median']:,.0f} tokens/s"
         + (
-            f", {report['throughput']['tflops_per_gpu_median']:.2f} TFLOP/s per GPU"
+            f", {_tflops_per_gpu(report['throughput']['tflops_per_gpu_median'])} TFLOP/s per GPU"
             if report["throughput"]["tflops_per_gpu_median"] is not None
             else ""
         )
