@@ -71,6 +71,12 @@ options:
     description: NCCL environment variables that replace the computed ones.
     type: dict
     default: {}
+  required:
+    description:
+      - Fail a node with NVIDIA GPUs whose RDMA devices have no ACTIVE port (NCCL would fall back to TCP sockets).
+      - A node without RDMA devices is never failed; C(false) lets such a node use sockets knowingly.
+    type: bool
+    default: false
 author:
   - megaprov contributors (!UNKNOWN)
 """
@@ -130,6 +136,7 @@ bw_port:
 """
 
 import os
+import platform
 import re
 import shutil
 
@@ -343,6 +350,20 @@ def nccl_env(
     return env, summary, ""
 
 
+def no_active_port_error(found: list[dict], gpu_count: int, node: str) -> str:
+    """'' or the one line that fails a GPU node whose RDMA devices have no ACTIVE port: NCCL would set
+    NCCL_IB_DISABLE=1 and train over TCP sockets, every check passing. A node without RDMA devices is not failed."""
+    if not found or gpu_count == 0 or any(p["state"] == "ACTIVE" for p in found):
+        return ""
+    hcas = ", ".join(sorted({p["device"] for p in found}))
+    states = ", ".join(f"{_name(p)} {p['state']}" for p in found)
+    return (
+        f"{node}: {gpu_count} GPU(s) and RDMA device(s) {hcas} but no ACTIVE port ({states}): NCCL would use TCP sockets; "
+        "bring a port up (cabling, switch, a subnet manager for InfiniBand: ibstat shows the state) "
+        "or set infiniband_required: false for this node if sockets are intended"
+    )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -359,6 +380,7 @@ def main() -> None:
             "peermem": {"type": "str", "default": "auto", "choices": ["auto", "always", "never"]},
             "ofed_wanted": {"type": "bool", "default": False},
             "overrides": {"type": "dict", "default": {}},
+            "required": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -369,6 +391,10 @@ def main() -> None:
     env, summary, error = nccl_env(found, p["socket_interface"], p["roce_gid_index"], p["overrides"], gpu_list, p["compute_hcas"])
     if error:
         module.fail_json(msg=error)
+    if p["required"]:
+        inactive = no_active_port_error(found, max(driver_gpus, len(gpu_list)), platform.node())
+        if inactive:
+            module.fail_json(msg=inactive)
     stack = "mlnx_ofed" if p["ofed_wanted"] else rdma_stack(p["module_dir"], p["memory_peers_dir"], shutil.which("ofed_info"))
     kernel = p["kernel"] or os.uname().release
     direct = gpudirect(

@@ -2,7 +2,8 @@
 # Copyright: megaprov contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """What slurm.conf and gres.conf must say about this node: slurmd's own view of its hardware, its GPU device
-files and, where the NVIDIA driver is loaded, the cores next to each GPU in Slurm's numbering."""
+files (counted on the node when the scheduler stage runs, not taken from preflight's facts, recorded before the
+driver existed) and, where the NVIDIA driver is loaded, the cores next to each GPU in Slurm's numbering."""
 
 from __future__ import annotations
 
@@ -14,12 +15,33 @@ description:
   - Lists the GPU device files C(/dev/nvidiaN) (N a number) and, where the NVIDIA driver is loaded, maps each to
     its PCI device (C(/proc/driver/nvidia/gpus/*/information), Device Minor) and that device's C(local_cpulist),
     turned into Slurm's abstract core numbers (cores counted socket by socket), for gres.conf C(Cores=).
+  - O(gpus=auto) counts the NVIDIA GPUs now, the PCI bus's (vendor 0x10de, class 0x0300/0x0302), or where the bus shows
+    none (a container) the C(/dev/nvidiaN) device files.
+  - Fails on a node whose GPUs are expected (O(gpu_expected)) and present but that would offer none (an empty Gres).
   - Changes nothing; runs in check mode.
 options:
   gpus:
-    description: GPUs the node must offer to Slurm; its device files C(/dev/nvidia0) .. C(/dev/nvidia{gpus-1}) must exist.
-    type: int
+    description:
+      - GPUs the node must offer to Slurm, a count or C(auto) (the NVIDIA GPUs the node has now).
+      - Their device files C(/dev/nvidia0) .. C(/dev/nvidia{gpus-1}) must exist.
+    type: str
     required: true
+  gpu_expected:
+    description: The node must offer its GPUs (megaprov_gpu_expected); one with NVIDIA GPUs that would offer none fails.
+    type: bool
+    default: false
+  dev_dir:
+    description: Where the GPU device files are.
+    type: path
+    default: /dev
+  pci_devices:
+    description: PCI devices (NVIDIA GPUs are counted here).
+    type: path
+    default: /sys/bus/pci/devices
+  driver_version_file:
+    description: The loaded NVIDIA driver's version.
+    type: path
+    default: /proc/driver/nvidia/version
   mem_reserve_mb:
     description: Memory kept from Slurm for the system (RealMemory is slurmd's figure less this).
     type: int
@@ -31,7 +53,8 @@ author:
 EXAMPLES = r"""
 - name: Read this node's shape for slurm.conf
   megaprov.cluster.slurm_node:
-    gpus: 8
+    gpus: auto
+    gpu_expected: true
 """
 
 RETURN = r"""
@@ -48,6 +71,14 @@ devices:
   returned: always
   type: list
   elements: dict
+gpus:
+  description: GPUs offered to Slurm (the Gres count; 0 = no Gres).
+  returned: always
+  type: int
+driver:
+  description: Version of the loaded NVIDIA driver ("" without one).
+  returned: always
+  type: str
 """
 
 import glob
@@ -55,6 +86,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.megaprov.cluster.plugins.module_utils import pci
 
 KEYS = ("NodeName", "CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")
 
@@ -139,14 +171,72 @@ def driver_minors(root="/proc/driver/nvidia/gpus"):
     return out
 
 
+def device_numbers(dev_dir="/dev"):
+    """The N of every /dev/nvidiaN (nvidiactl, nvidia-uvm and the like are not GPUs), sorted."""
+    try:
+        names = os.listdir(dev_dir)
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for m in (re.match(r"^nvidia(\d+)$", name) for name in names) if m)
+
+
+def gpus_to_offer(wanted, pci_gpus, numbers):
+    """The GPU count for Gres: ``wanted`` as a number, or for ``auto`` the NVIDIA GPUs on the PCI bus, else (a container
+    that shows no PCI bus) the device files. None when ``wanted`` is neither."""
+    text = str(wanted).strip().lower()
+    if text == "auto":
+        return pci_gpus if pci_gpus else len(numbers)
+    return int(text) if text.isdigit() else None
+
+
+def empty_gres_problem(name, wanted, offered, pci_gpus, numbers, gpu_expected):
+    """'' or the one line that fails a node whose GPUs are expected and present but that would register without Gres
+    (jobs asking --gpus-per-node would then be refused while every check passed)."""
+    present = max(pci_gpus, len(numbers))
+    if not gpu_expected or offered > 0 or present == 0:
+        return ""
+    return (
+        "%s: slurm_gpus_per_node=%s gives this node no Gres, but it has %d NVIDIA GPU(s) and megaprov_gpu_expected is true: "
+        "jobs asking for GPUs (--gpus-per-node) would be refused; set slurm_gpus_per_node: auto (or %d), "
+        "or megaprov_gpu_expected: false for nodes that must not offer GPUs" % (name, wanted, present, present)
+    )
+
+
+def driver_version(path="/proc/driver/nvidia/version"):
+    """The loaded NVIDIA driver's version, the first version after "Kernel Module" in its /proc file (as gpu_state reads
+    it: "... x86_64 Kernel Module  580.95.05 ..." or "... Open Kernel Module for x86_64  580.95.05 ..."); '' without one."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        if "Kernel Module" in line:
+            return next((w for w in line.split("Kernel Module", 1)[1].split() if re.match(r"^\d+\.\d+(\.\d+)?$", w)), "")
+    return ""
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={"gpus": {"type": "int", "required": True}, "mem_reserve_mb": {"type": "int", "default": 1024}},
+        argument_spec={
+            "gpus": {"type": "str", "required": True},
+            "gpu_expected": {"type": "bool", "default": False},
+            "mem_reserve_mb": {"type": "int", "default": 1024},
+            "dev_dir": {"type": "path", "default": "/dev"},
+            "pci_devices": {"type": "path", "default": "/sys/bus/pci/devices"},
+            "driver_version_file": {"type": "path", "default": "/proc/driver/nvidia/version"},
+        },
         supports_check_mode=True,
     )
-    gpus, reserve = module.params["gpus"], module.params["mem_reserve_mb"]
-    if gpus < 0 or reserve < 0:
-        module.fail_json(msg="gpus=%d and mem_reserve_mb=%d must not be negative" % (gpus, reserve))
+    p = module.params
+    reserve = p["mem_reserve_mb"]
+    pci_gpus = len(pci.nvidia_gpus(p["pci_devices"]))
+    numbers = device_numbers(p["dev_dir"])
+    gpus = gpus_to_offer(p["gpus"], pci_gpus, numbers)
+    if gpus is None or reserve < 0:
+        module.fail_json(
+            msg="slurm_gpus_per_node=%s must be auto or a count of 0 or more, slurm_mem_reserve_mb=%d not negative" % (p["gpus"], reserve)
+        )
     rc, out, err = module.run_command(["slurmd", "-C"])
     if rc != 0:
         module.fail_json(msg="slurmd -C failed (%d): %s" % (rc, (err or out).strip()[-300:]))
@@ -162,8 +252,11 @@ def main():
     minors = driver_minors()
     topology = read_topology() if minors else {}
     devices, missing = [], []
+    problem = empty_gres_problem(found["NodeName"], p["gpus"], gpus, pci_gpus, numbers, p["gpu_expected"])
+    if problem:
+        module.fail_json(msg=problem)
     for n in range(gpus):
-        path = "/dev/nvidia%d" % n
+        path = os.path.join(p["dev_dir"], "nvidia%d" % n)
         if not os.path.exists(path):
             missing.append(path)
             continue
@@ -177,10 +270,12 @@ def main():
         devices.append({"file": path, "cores": cores})
     if missing:
         module.fail_json(
-            msg="%s: %d GPU(s) expected (slurm_gpus_per_node) but %s missing: load the NVIDIA driver (the gpu stage) "
-            "or set slurm_gpus_per_node to the GPUs this node has" % (node["NodeName"], gpus, ", ".join(missing))
+            msg="%s: %d GPU(s) expected (slurm_gpus_per_node=%s) but %s missing: load the NVIDIA driver (the gpu stage) "
+            "or set slurm_gpus_per_node to the GPUs this node has" % (node["NodeName"], gpus, p["gpus"], ", ".join(missing))
         )
-    module.exit_json(changed=False, node=node, slurmd_memory_mb=memory, devices=devices)
+    module.exit_json(
+        changed=False, node=node, slurmd_memory_mb=memory, devices=devices, gpus=gpus, driver=driver_version(p["driver_version_file"])
+    )
 
 
 if __name__ == "__main__":
