@@ -8,7 +8,9 @@
 #   3. megaprov bootstrap --tags preflight,gpu,nccl,python in preinstalled mode: the driver on its branch,
 #      persistence, Fabric Manager where NVSwitch is present, CUDA (nvcc if present), NCCL, the PyTorch
 #      environment seeing every GPU with NCCL, megatron-core matching Megatron-LM's tag
-#   4. torch in that environment: its CUDA build, the GPUs it sees, the NCCL version it loads (what training uses)
+#   4. torch in that environment: its CUDA build, the GPUs it sees, the NCCL version it loads (what training uses);
+#      Megatron-LM's training code: the role's model check (real triton, pretrain_gpt.py's imports) and every
+#      example job's rendered arguments through Megatron-LM's parse_args/validate_args and a model build on this GPU
 #   5. nccl-tests all_reduce_perf on all local GPUs (when built), with the NCCL version it ran and its bus bandwidth
 #   6. `megaprov train` of examples/jobs/gpu-check.yml against localhost: a systemd unit runs pretrain_gpt.py under
 #      torchrun on every local GPU, 20 iterations on mock data, followed to the verdict; prints the verdict, the
@@ -170,6 +172,55 @@ print(f"{torch.__version__} (CUDA build {torch.version.cuda}) sees {n} GPU(s), l
 else
   TORCH_NCCL=""
   fail "torch: $VENV/bin/python cannot import torch with CUDA"
+fi
+
+step "Megatron-LM's training code on this GPU: the python stage's check and every example job's arguments"
+# The megatron role ran its model check (pretrain_gpt.py and megatron.training imported, a model built by Megatron-LM's own
+# parse_args, validate_args and model_provider) as the cluster user; here the real triton and GPU generation are used
+# (no CPU stand-ins), and each example job as megaprov renders it for this node's fact (refused jobs: what the refusal
+# leaves) goes through the same code, shrunk to 2 layers.
+if out=$("$PY" - "$VENV/bin/python" "$WORK/megatron-lm" <<'PYTHON'
+import json, os, subprocess, sys
+from pathlib import Path
+
+from megaprov.training import jobspec, nodefacts, render
+
+python, checkout = sys.argv[1], sys.argv[2]
+script = str(Path(python).parents[2] / "lib" / "megatron_build_check.py")  # the role keeps it beside the venv
+proof = json.loads(Path("/var/lib/megaprov/proofs/megatron_model.json").read_text())
+role = json.loads([x for x in proof["result"]["stdout_lines"] if x.startswith("{")][-1])
+print(f"role check: imports {role.get('imports')}, triton {role.get('triton')}, model {role.get('model')} ({role.get('transformer_impl')})")
+bad = role.get("imports") != "ok" or role.get("model") != "built" or role.get("triton") != "installed"
+stack = nodefacts.node_from_fact(json.loads(Path("/etc/ansible/facts.d/megaprov_python.fact").read_text()))
+for path in sorted(Path("examples/jobs").glob("*.yml")):
+    spec = jobspec.load(path)
+    if spec.launch.trainer != "megatron-lm":
+        continue
+    refused = []
+    for _ in range(3):  # dropping a forced implementation can surface the next refusal
+        for where in [p.path for p in render.stack_problems(spec, stack)]:
+            refused.append(where)
+            if where == "parallel.sequence_parallel":
+                spec = spec.model_copy(update={"parallel": spec.parallel.model_copy(update={"sequence_parallel": False})})
+            elif where == "data.tokenizer.type":
+                spec = spec.model_copy(update={"data": spec.data.model_copy(update={"tokenizer": jobspec.Tokenizer(type="null", vocab_size=32000)})})
+            else:
+                spec = spec.model_copy(update={"launch": spec.launch.model_copy(update={"extra_args": []})})
+    argv = render.megatron_args(spec, "/shared", stack)
+    world = spec.launch.nodes * spec.launch.gpus_per_node
+    env = {**os.environ, **render.BASE_ENV}  # the job's environment (CUDA_DEVICE_MAX_CONNECTIONS=1, ...)
+    cmd = [python, script, checkout, "--world-size", str(world), "--shrink", "--", *argv]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    lines = [x for x in run.stdout.splitlines() if x.startswith("{")]
+    r = json.loads(lines[-1]) if lines else {"model": run.stderr.strip()[-200:]}
+    bad = bad or r.get("model") != "built"
+    print(f"{path.stem}: refused {refused or 'nothing'}; {r.get('transformer_impl')}, model {r.get('model')}")
+sys.exit(1 if bad else 0)
+PYTHON
+); then
+  record "megatron-lm code: $(tr '\n' ';' <<<"$out")"
+else
+  fail "megatron-lm code: $(tr '\n' ';' <<<"$out")"
 fi
 
 step "nccl-tests all_reduce_perf on $GPUS GPU(s)"

@@ -6,6 +6,19 @@ cd "$(dirname "$0")/.."
 MEGAPROV_EXTRAS=test ./scripts/setup.sh
 export CONTAINERS_CONF="$PWD/megaprov/cluster/lab_files/containers.conf"
 export PATH="$PWD/.venv/bin:$PATH"
+# The upstream snapshots beside the checkout (../shared/upstream/, or MEGAPROV_UPSTREAM): Megatron-LM's real tree at
+# the pinned tag for the fixtures, the lab (MEGAPROV_MEGATRON_LM) and the tests that run its training code. A user's
+# own clone has none: those tests skip, saying so; MEGAPROV_REQUIRE_UPSTREAM=1 (.ci/run) makes the absence a failure.
+UPSTREAM=${MEGAPROV_UPSTREAM:-$(cd .. && pwd)/shared/upstream}
+MEGATRON_ARCHIVE="$UPSTREAM/megatron-lm-core_v0.16.1.tar.gz"
+if [ -f "$MEGATRON_ARCHIVE" ]; then
+  export MEGAPROV_UPSTREAM="$UPSTREAM" MEGAPROV_MEGATRON_LM=${MEGAPROV_MEGATRON_LM:-$MEGATRON_ARCHIVE}
+elif [ -n "${MEGAPROV_REQUIRE_UPSTREAM:-}" ]; then
+  echo "test: no Megatron-LM snapshot at $MEGATRON_ARCHIVE, and MEGAPROV_REQUIRE_UPSTREAM is set" >&2
+  exit 1
+else
+  echo "test: no Megatron-LM snapshot at $MEGATRON_ARCHIVE: the tests that run Megatron-LM's own code skip, and the lab clones it from GitHub"
+fi
 # megaprov supports Python 3.11 and 3.12 controllers: where a 3.12 interpreter exists, the unit and CLI
 # tests run on it too (the main run below uses the setup's interpreter).
 PY312=""

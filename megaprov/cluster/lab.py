@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from megaprov.cluster import wheelhouse
+from megaprov.cluster import gitsource, wheelhouse
 from megaprov.errors import EnvironmentProblem, UsageError
-from megaprov.paths import LAB_FILES, fact_cache_dir
+from megaprov.paths import LAB_FILES, cache_dir, fact_cache_dir
 
 Progress = Callable[[str], None]
 BASE_IMAGE = "localhost/megaprov-base:bookworm"
@@ -42,6 +42,13 @@ LAB_SHARE_FSTYPE = "fuse.megaprov-squash"
 LAB_SHARES = Path("/var/lib/megaprov/labs")
 IMAGE_FILES = ("Containerfile", "ssh-hostkeys.conf", "squashfs.py", "megaprov-lab-share.service")
 LAB_WHEELHOUSE = "/srv/megaprov/wheelhouse"  # pytorch_wheelhouse on lab nodes
+# Megatron-LM's tree where GitHub is out of reach (this project's CI, an air-gapped machine): a directory or a `git
+# archive` tarball of the pinned tag, named by MEGATRON_SOURCE_ENV. `lab up` makes it a git remote (gitsource) that
+# every node mounts read-only here; the head's package cache mirrors it and the nodes check it out, as they would
+# GitHub's. Unset, the lab clones Megatron-LM from GitHub like any cluster.
+MEGATRON_SOURCE_ENV = "MEGAPROV_MEGATRON_LM"
+LAB_GIT = "/srv/megaprov/git"
+LAB_MEGATRON_TAG = "core_v0.16.1"  # the megatron role's megatron_version
 # Stand-ins for GPU device files: Slurm's gres.conf File= must name a character device. The lab's nodes have no GPU,
 # but with these slurmd accepts `Gres=gpu:2`, so scheduling by GPU (--gpus-per-node, CUDA_VISIBLE_DEVICES, a refused
 # --gpus beyond the count) is exercised. Nothing else reads them: the GPU stage and preflight look at the PCI bus.
@@ -291,7 +298,7 @@ def network_create_argv(lab: str, subnet: str) -> list[str]:
     return ["network", "create", "--subnet", subnet, "--label", f"{LABEL}={lab}", network_name(lab)]
 
 
-def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | None, wheels: Path) -> list[str]:
+def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | None, wheels: Path, git: Path | None = None) -> list[str]:
     """The podman arguments that create node ``index`` of the lab at its fixed address. Pure."""
     cname = container_name(lab, index)
     args = [
@@ -317,6 +324,8 @@ def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | No
     if ca:
         args += ["-v", f"{ca}:/etc/host-ca.crt:ro"]
     args += ["-v", f"{wheels}:{LAB_WHEELHOUSE}:ro"]
+    if git is not None:
+        args += ["-v", f"{git}:{LAB_GIT}:ro"]
     # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (the volume at
     # LAB_EXPORT_DIR, not the overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle. The kernel
     # here has no NFS client, so every node (node1 too) gets the volume at LAB_EXPORT_DIR and sees the training
@@ -425,7 +434,21 @@ def volume_name(lab: str) -> str:
     return f"megaprov-lab-{lab}-shared"
 
 
-def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path, shared: str) -> tuple[str, str]:
+def megatron_source() -> Path | None:
+    """The Megatron-LM tree named by MEGAPROV_MEGATRON_LM, or None (the lab then clones GitHub's)."""
+    given = os.environ.get(MEGATRON_SOURCE_ENV, "")
+    if not given:
+        return None
+    path = Path(given).expanduser()
+    if not (path.is_file() or (path / "megatron").is_dir()):
+        raise UsageError(
+            f"{MEGATRON_SOURCE_ENV}={given} is neither a Megatron-LM tree nor an archive of one",
+            f"point it at a directory holding megatron/ and pretrain_gpt.py, or a git archive tarball of {LAB_MEGATRON_TAG}; or unset it",
+        )
+    return path
+
+
+def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path, shared: str, megatron_remote: str | None = None) -> tuple[str, str]:
     """The lab's inventory.ini and group_vars/all.yml. Pure."""
     lines = [f"# megaprov lab '{lab}': written by `megaprov lab up`, removed by `megaprov lab down`.", "[head]", members[0].name, "", "[gpu_nodes]"]
     lines += [f"{n.name} ansible_host={n.address}" for n in members]
@@ -452,9 +475,17 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         "# CPU nodes, no package index for torch's CPU build: the wheelhouse `lab up` builds, mounted read-only.\n"
         "pytorch_source: wheelhouse\n"
         f"pytorch_wheelhouse: {LAB_WHEELHOUSE}\n"
-        "# The lab trainer runs on megatron-core alone; pretrain_gpt.py needs CUDA.\n"
-        "megatron_checkout: false\n"
-        "# Slurm runs the lab's jobs with launch.launcher: slurm. The nodes are containers whose cgroup controllers are\n"
+        "# Megatron-LM's real tree: every node checks it out, builds its dataset helpers (which the lab trainer's jobs import)\n"
+        "# and builds a model from rendered arguments with its own training code, as the cluster user. pretrain_gpt.py itself\n"
+        "# needs CUDA; the lab's jobs run megaprov's lab trainer.\n"
+        "megatron_checkout: true\n"
+        + (
+            f"# From the tree {MEGATRON_SOURCE_ENV} named, as a git remote every node mounts (the head's cache mirrors it).\n"
+            f"package_cache_git_repos: {{megatron: {megatron_remote}}}\n"
+            if megatron_remote
+            else ""
+        )
+        + "# Slurm runs the lab's jobs with launch.launcher: slurm. The nodes are containers whose cgroup controllers are\n"
         "# read-only: Slurm's container profile. Each node has two stand-in GPU device files for gres.\n"
         "megaprov_scheduler: slurm\n"
         "slurm_profile: container\n"
@@ -494,6 +525,11 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     tag = ensure_image(progress)
     progress("wheelhouse (torch CPU build, megatron-core, uv) for the nodes")
     wheels = wheelhouse.build()
+    source = megatron_source()
+    git = None
+    if source is not None:
+        progress(f"Megatron-LM {LAB_MEGATRON_TAG} from {source} as a git remote for the nodes")
+        git = gitsource.remote_from_tree(source, "Megatron-LM", LAB_MEGATRON_TAG, cache_dir() / "git")
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     if not key.exists():
@@ -505,7 +541,7 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
         for index in range(1, count + 1):
             cname = container_name(lab, index)
             progress(f"start {cname} at {node_address(subnet, index)} ({index}/{count})")
-            podman(*node_create_argv(lab, index, subnet, tag, ca, wheels))
+            podman(*node_create_argv(lab, index, subnet, tag, ca, wheels, git.parent if git else None))
             podman("cp", str(key.with_suffix(".pub")), f"{cname}:/root/.ssh/authorized_keys")
             podman("start", cname)
     deadline = time.monotonic() + boot_timeout
@@ -524,7 +560,7 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     found = podman("volume", "inspect", "--format", "{{.Options.device}}|{{.Mountpoint}}", volume_name(lab)).strip()
     device, mountpoint = (found.split("|") + [""])[:2]
     shared = device if device and not device.startswith("<no value>") else mountpoint
-    inventory, group_vars = render_inventory(lab, members, key, known_hosts, shared)
+    inventory, group_vars = render_inventory(lab, members, key, known_hosts, shared, f"{LAB_GIT}/{git.name}" if git else None)
     (directory / "group_vars").mkdir(exist_ok=True)
     (directory / "group_vars" / "all.yml").write_text(group_vars)
     path = directory / "inventory.ini"

@@ -21,7 +21,19 @@ from megaprov.paths import cache_dir, cached_dir
 UV = "uv==0.13.9"
 # What the lab's CPU nodes run: torch (CPU build) and megatron-core, and uv; torch's CPU wheels come from
 # MEGAPROV_TORCH_INDEX (e.g. https://download.pytorch.org/whl/cpu) or pip's configured find-links.
-LAB_REQUIREMENTS = (os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"), "megatron-core==0.16.1", "six", "regex", "einops", UV)
+# The megatron role's megatron_packages and megatron_build_requirements (the dataset helpers' pybind11) too: the lab's
+# nodes check out Megatron-LM's tree and import its training code.
+LAB_REQUIREMENTS = (
+    os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"),
+    "megatron-core==0.16.1",
+    "six",
+    "regex",
+    "einops",
+    "pyyaml",
+    "pydantic",
+    "pybind11==3.1.0",
+    UV,
+)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
 
 

@@ -38,6 +38,7 @@ class NodeStack:
     torch: str | None = None
     torch_cuda: str | None = None
     helpers_built: bool | None = None  # the checkout's megatron/core/datasets helpers, None = no checkout
+    transformers: str | None = None  # version, None = absent (Megatron-LM's HuggingFaceTokenizer needs it)
     hosts: tuple[str, ...] = ()  # the hosts whose fact this is built from
     missing: tuple[str, ...] = ()  # job hosts without a fact (planned as ROLE_DEFAULTS)
     source: str = "facts"  # facts | assumed
@@ -110,6 +111,7 @@ def node_from_fact(fact: Any) -> NodeStack | None:
         torch=_opt_text(fact.get("torch")),
         torch_cuda=_opt_text(fact.get("torch_cuda")),
         helpers_built=helpers if isinstance(helpers, bool) else None,
+        transformers=_opt_text(fact.get("transformers")),
     )
 
 
@@ -131,6 +133,7 @@ def combine(found: dict[str, NodeStack], hosts: tuple[str, ...] | list[str]) -> 
         torch=have[0].torch if len({n.torch for n in have}) == 1 else None,
         torch_cuda=have[0].torch_cuda if len({n.torch_cuda for n in have}) == 1 else None,
         helpers_built=all(n.helpers_built for n in have) if all(n.helpers_built is not None for n in have) else None,
+        transformers=have[0].transformers if all(n.transformers for n in have) else None,
         hosts=tuple(h for h in hosts if h in found),
         missing=missing,
     )

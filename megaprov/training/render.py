@@ -119,7 +119,9 @@ def stack_problems(spec: JobSpec, stack: NodeStack) -> list[Problem]:
     impl = selected_impl(spec, stack)
     forced = _forced(spec)
     install = "install it on the nodes (megatron_transformer_engine: true, then megaprov bootstrap --tags python)"
-    if forced.get("--transformer-impl") == "transformer_engine" and stack.transformer_engine is None and stack.source == "facts":
+    # Refused whether the nodes' facts are known or assumed (the roles' defaults install no Transformer Engine): a job
+    # launched with an implementation its nodes lack fails at model build on every rank, after the queue and the start.
+    if forced.get("--transformer-impl") == "transformer_engine" and stack.transformer_engine is None:
         problems.append(
             Problem(
                 "launch.extra_args",
@@ -135,6 +137,15 @@ def stack_problems(spec: JobSpec, stack: NodeStack) -> list[Problem]:
                 "parallel.sequence_parallel=true needs Transformer Engine on the nodes (Megatron-LM's local layers use torch's "
                 f"{spec.model.normalization}, which refuses sequence parallelism); {stack.describe()}",
                 f"{install}, or set parallel.sequence_parallel: false",
+            )
+        )
+    if spec.data.tokenizer.type == "huggingface" and stack.transformers is None:
+        problems.append(
+            Problem(
+                "data.tokenizer.type",
+                "data.tokenizer.type=huggingface needs transformers on the nodes (Megatron-LM's HuggingFaceTokenizer calls "
+                f"transformers.AutoTokenizer on data.tokenizer.path); {stack.describe()}, without transformers",
+                "install it on the nodes (megatron_huggingface: true, then megaprov bootstrap --tags python)",
             )
         )
     return problems
@@ -320,6 +331,13 @@ def megatron_args(spec: JobSpec, shared_dir: str = "/shared", stack: NodeStack =
         )
     else:
         a.extend(["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", _under(shared_dir, tok.path or "")])
+    if spec.launch.trainer == "megatron-lm":
+        # core_v0.16.1's pretrain_gpt.py builds its datasets' tokenizer through megatron.core.tokenizers unless
+        # --legacy-tokenizer is given, and that path looks GPT2BPETokenizer up by Hugging Face Hub name ("gpt2", through
+        # transformers; megatron/core/tokenizers/text/libraries/megatron_hf_tokenizer.py) instead of reading the vocab and
+        # merge files given. The legacy path (megatron/training/tokenizer) reads the files, and is the one the
+        # model's own tokenizer (get_tokenizer) uses anyway.
+        a.append("--legacy-tokenizer")
 
     ckpt = checkpoint_dir(spec, shared_dir)
     opt("--save", ckpt)
@@ -393,11 +411,15 @@ PASS_THROUGH_ENV = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "TORCH_DISTRIBUTED_DEBUG"
 
 def _env(spec: JobSpec, passed: dict[str, str] | None = None, grace: StopGrace | None = None) -> dict[str, str]:
     env = dict(BASE_ENV)
-    if spec.launch.trainer == "megatron-lm":
-        # pretrain_gpt.py's own directory is first on sys.path, so a job imports the checkout's megatron.core (not
-        # the installed wheel, which the lab trainer uses): said once, here. Its dataset helpers were built there at
-        # install time by the megatron role (the venv's python and pybind11), so the runtime `make` is a no-op.
-        env["PYTHONPATH"] = spec.launch.megatron_dir
+    # pretrain_gpt.py's own directory is first on sys.path, so a job imports the checkout's megatron.core (not the
+    # installed wheel): said once, here, and the lab trainer gets the same. The checkout's dataset helpers were built
+    # there at install time by the megatron role (the venv's python and pybind11), so Megatron-LM's runtime `make` is a
+    # no-op. Where the nodes have no checkout (megatron_checkout: false) the path does not exist and the wheel serves.
+    env["PYTHONPATH"] = spec.launch.megatron_dir
+    if spec.data.tokenizer.type == "huggingface":
+        # the tokenizer's files are on the shared directory (data.tokenizer.path): never fetched from the Hub at run time
+        env["HF_HUB_OFFLINE"] = "1"
+        env["TRANSFORMERS_OFFLINE"] = "1"
     if grace is not None:
         env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(grace.torchrun_s)
     env.update({k: v for k, v in (passed or {}).items() if k in PASS_THROUGH_ENV})

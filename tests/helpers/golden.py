@@ -17,7 +17,9 @@ UPDATE_COMMAND = ".venv/bin/python scripts/update_golden.py"
 SHARED = "/shared"
 # The fixed cluster: the spec's nodes and GPUs per node (H100s; CPU nodes for the lab trainer), addresses 10.0.0.1...,
 # and nodes whose python stage installed Transformer Engine and apex (what the large examples are written for).
-SITE = nodefacts.NodeStack(transformer_engine="2.9.0", apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, hosts=("node00",))
+SITE = nodefacts.NodeStack(
+    transformer_engine="2.9.0", apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, transformers="4.57.1", hosts=("node00",)
+)
 
 
 def example_jobs() -> list[str]:

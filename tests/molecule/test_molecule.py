@@ -36,6 +36,10 @@ def test_molecule_scenario(scenario, tmp_path):
 
     from megaprov.cluster import wheelhouse
     from tests.fixtures import build as fixtures
+    from tests.fixtures import upstream
+
+    if scenario == "python_stack":  # the megatron role against Megatron-LM's real tree (the fixture remote is made of it)
+        upstream.need_megatron()
 
     config = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text())
     sequence = (config.get("scenario") or {}).get("test_sequence", DEFAULT_CONFIG["scenario"]["test_sequence"])

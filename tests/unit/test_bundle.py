@@ -419,7 +419,8 @@ def test_the_lab_inventory_fetches_the_cpu_stack_and_slurm(tmp_path):
     assert "nvidia_driver_branch" not in apt and "cuda_version" not in apt and not found.nvidia_repo_url  # GPU-less nodes
     assert apt["nfs_server_implementation"] == ("nfs-ganesha", "nfs-ganesha-vfs") and apt["nfs_client_mode"] == ("libnfs-utils",)
     assert set(apt["megaprov_scheduler"]) == {"munge", "slurmctld", "slurm-client", "slurmd", "libpmix-dev"}
-    assert "megatron_checkout" not in apt and [r.name for r in found.git] == ["nccl-tests"]  # the lab trainer needs no checkout
+    # the lab checks out Megatron-LM's real tree and builds its dataset helpers
+    assert apt["megatron_checkout"] == ("git", "build-essential", "python3-dev") and [r.name for r in found.git] == ["Megatron-LM", "nccl-tests"]
     assert found.torch_build == "cpu" and found.pytorch_source == "wheelhouse"
     assert "torch==2.13.0" in found.requirements()
 

@@ -165,3 +165,21 @@ def test_the_cli_exits_2_with_one_line_for_an_unknown_node_or_lab(monkeypatch, c
     out, err = capsys.readouterr()
     assert err.startswith(message) and err.count("\n") == 1
     assert '"ok": false' in out
+
+
+def test_the_lab_checks_out_megatron_lm_from_the_tree_it_was_given(tmp_path, monkeypatch):
+    """Issue 29: the lab clones Megatron-LM's real tree. With MEGAPROV_MEGATRON_LM (an air-gapped machine, this
+    project's CI) every node mounts the remote `lab up` made of it and the head's cache mirrors it from there;
+    without it the lab clones GitHub's like any cluster."""
+    members = [lab.Node("node1", "c1", "10.89.0.2", "running")]
+    _, plain = lab.render_inventory("t", members, Path("/k"), Path("/kh"), "/s")
+    assert "megatron_checkout: true\n" in plain and "package_cache_git_repos" not in plain
+    _, given = lab.render_inventory("t", members, Path("/k"), Path("/kh"), "/s", "/srv/megaprov/git/Megatron-LM.git")
+    assert "megatron_checkout: true\n" in given and "package_cache_git_repos: {megatron: /srv/megaprov/git/Megatron-LM.git}\n" in given
+    argv = lab.node_create_argv("ci", 1, "10.90.7.0/24", "img", None, Path("/w"), Path("/cache/git/abc"))
+    assert argv[argv.index("/cache/git/abc:/srv/megaprov/git:ro") - 1] == "-v"
+    monkeypatch.setenv(lab.MEGATRON_SOURCE_ENV, str(tmp_path / "nothing"))
+    with pytest.raises(UsageError, match="MEGAPROV_MEGATRON_LM=.* is neither a Megatron-LM tree nor an archive"):
+        lab.megatron_source()
+    monkeypatch.delenv(lab.MEGATRON_SOURCE_ENV)
+    assert lab.megatron_source() is None

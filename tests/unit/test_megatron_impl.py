@@ -6,6 +6,7 @@ against the flag table dumped from the same tag. tests/unit/test_megatron_upstre
 parse_args/validate_args/model build on the same argv where a checkout is at hand.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,9 +26,9 @@ EXAMPLES = sorted(p.stem for p in JOBS.glob("*.yml") if jobspec.load(p).launch.t
 STACKS = {
     "role defaults (no TE, no apex)": nodefacts.NodeStack(hosts=("n",)),  # as the nodes' facts report them
     "apex only": nodefacts.NodeStack(apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, hosts=("n",)),
-    "TE only": nodefacts.NodeStack(transformer_engine="2.9.0", hosts=("n",)),
+    "TE only": nodefacts.NodeStack(transformer_engine="2.9.0", transformers="4.57.1", hosts=("n",)),
     "TE and apex": nodefacts.NodeStack(
-        transformer_engine="2.9.0", apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, hosts=("n",)
+        transformer_engine="2.9.0", apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, transformers="4.57.1", hosts=("n",)
     ),
 }
 
@@ -133,7 +134,7 @@ def test_transformer_engine_path_where_the_nodes_have_it():
 
 def test_a_force_the_nodes_cannot_satisfy_is_refused_in_one_line():
     spec = jobspec.load(JOBS / "llama-8b-2nodes.yml")  # launch.extra_args: --transformer-impl transformer_engine
-    known = nodefacts.NodeStack(hosts=("gpu01", "gpu02"))
+    known = nodefacts.NodeStack(transformers="4.57.1", hosts=("gpu01", "gpu02"))
     cluster = nodefacts.KnownCluster(2, 8, GPUS["H100-SXM"], "/shared", stack=known)
     with pytest.raises(JobSpecError) as info:
         render.render(spec, cluster, [("gpu01", "10.0.0.1"), ("gpu02", "10.0.0.2")])
@@ -141,14 +142,36 @@ def test_a_force_the_nodes_cannot_satisfy_is_refused_in_one_line():
     assert "\n" not in text
     assert text.startswith("launch.extra_args forces --transformer-impl transformer_engine but the nodes have no Transformer Engine")
     assert "megatron_transformer_engine: true" in text
-    # with nothing known the force stands (and the render says what it assumed)
-    out = render.render(spec, nodefacts.KnownCluster(2, 8, GPUS["H100-SXM"], "/shared"), [("gpu01", "10.0.0.1"), ("gpu02", "10.0.0.2")])
-    assert out.transformer_impl == "transformer_engine" and out.stack.startswith("assumed")
-    # the node script (and so `megaprov train --dry-run`) says what the choice rests on
-    assert (
-        "# Megatron-LM implementation: transformer_engine (forced by launch.extra_args); nodes: assumed (no node fact megaprov_python known)"
-        in out.nodes[0].script
-    )
+    # Issue 29: with nothing known (the roles' defaults install no Transformer Engine) the force is refused too; before,
+    # it was rendered with only a comment in the node script, and every rank failed at model build
+    with pytest.raises(JobSpecError) as info:
+        render.render(spec, nodefacts.KnownCluster(2, 8, GPUS["H100-SXM"], "/shared"), [("gpu01", "10.0.0.1"), ("gpu02", "10.0.0.2")])
+    assert str(info.value).startswith("launch.extra_args forces --transformer-impl transformer_engine but the nodes have no Transformer Engine")
+    assert "assumed (no node fact megaprov_python known)" in str(info.value)
+    # on nodes with Transformer Engine the force stands, and the node script says what the choice rests on
+    site = nodefacts.NodeStack(transformer_engine="2.9.0", transformers="4.57.1", hosts=("gpu01", "gpu02"))
+    out = render.render(spec, nodefacts.KnownCluster(2, 8, GPUS["H100-SXM"], "/shared", stack=site), [("gpu01", "10.0.0.1"), ("gpu02", "10.0.0.2")])
+    assert out.transformer_impl == "transformer_engine"
+    assert "# Megatron-LM implementation: transformer_engine (forced by launch.extra_args); nodes: node facts of gpu01, gpu02" in out.nodes[0].script
+
+
+def test_a_huggingface_tokenizer_needs_transformers_on_the_nodes_and_the_tokenizer_path_is_legacy_and_offline():
+    """Issue 29: core_v0.16.1's pretrain_gpt.py takes the new tokenizer path unless --legacy-tokenizer, and that path
+    looks GPT2BPETokenizer up on the Hugging Face Hub ("gpt2", through transformers) instead of the vocab and merge
+    files; Megatron-LM's HuggingFaceTokenizer imports transformers, which the roles' defaults do not install."""
+    llama = jobspec.load(JOBS / "llama-8b-2nodes.yml")
+    te = nodefacts.NodeStack(transformer_engine="2.9.0", hosts=("gpu01",))
+    problems = render.stack_problems(llama, te)
+    assert [p.path for p in problems] == ["data.tokenizer.type"] and "megatron_huggingface: true" in problems[0].fix
+    assert render.stack_problems(llama, dataclasses.replace(te, transformers="4.57.1")) == []
+    for name in ("gpt-345m-1node", "gpt3-175b-128nodes", "gpu-check", "llama-8b-2nodes"):
+        assert "--legacy-tokenizer" in render.megatron_args(jobspec.load(JOBS / f"{name}.yml")), name
+    assert "--legacy-tokenizer" not in render.megatron_args(jobspec.load(JOBS / "lab-tiny.yml"))  # the lab trainer's own parser
+    env = render._env(llama)
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    assert "HF_HUB_OFFLINE" not in render._env(jobspec.load(JOBS / "gpt-345m-1node.yml"))
+    # the lab trainer imports the checkout's megatron.core and its compiled dataset helpers, as pretrain_gpt.py does
+    assert render._env(jobspec.load(JOBS / "lab-tiny.yml"))["PYTHONPATH"] == "/opt/megatron-lm"
 
 
 def test_sequence_parallel_without_transformer_engine_is_refused():
@@ -233,6 +256,7 @@ def test_the_role_check_adds_what_the_render_adds(name, stack_name):
         "scaled_upper_triang_masked_softmax_cuda": stack.apex_softmax,
         "fused_layer_norm_cuda": stack.apex_layer_norm,
     }
+    fact["transformers"] = stack.transformers
     assert nodefacts.node_from_fact(fact) == nodefacts.NodeStack(
         **{**stack.__dict__, "hosts": (), "torch": "2.13.0+cu130", "torch_cuda": "13.0", "helpers_built": True}
     )

@@ -28,7 +28,9 @@ def spec(name):
 
 
 # A GPU site whose python stage installed Transformer Engine and apex (what the large examples are written for).
-TE_SITE = nodefacts.NodeStack(transformer_engine="2.9.0", apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, hosts=("node00",))
+TE_SITE = nodefacts.NodeStack(
+    transformer_engine="2.9.0", apex_gradient_accumulation=True, apex_softmax=True, apex_layer_norm=True, transformers="4.57.1", hosts=("node00",)
+)
 
 
 def cluster_for(s, shared="/shared", stack=TE_SITE, gpus_per_node=None):
@@ -425,7 +427,7 @@ def test_every_spec_field_reaches_its_flag():
         "--adam-beta1", "0.8", "--adam-beta2", "0.999", "--clip-grad", "0.5", "--fp16",
         "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2", "--seed", "7",
         "--data-path", "0.25", "/mnt/s/data/a_text_document", "3.0", "/mnt/s/data/b_text_document", "--split", "98,2",
-        "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "/mnt/s/tok/llama3",
+        "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "/mnt/s/tok/llama3", "--legacy-tokenizer",
         "--save", "/mnt/s/ckpt/every", "--save-interval", "50", "--ckpt-format", "torch", "--async-save", "--exit-signal-handler",
         "--log-interval", "5", "--log-throughput", "--eval-interval", "100", "--eval-iters", "3",
         "--tensorboard-dir", "/mnt/s/jobs/every-field/tensorboard", "--distributed-backend", "nccl",
@@ -454,7 +456,7 @@ def test_other_tokenizers_and_the_defaults_they_leave():
     s = s.model_copy(update={"data": s.data.model_copy(update={"tokenizer": null, "mock": True, "prefixes": []}), "model": model, "train": train})
     args = render.megatron_args(s, "/mnt/s", TE_SITE)
     joined = " ".join(args)
-    assert "--tokenizer-type NullTokenizer --vocab-size 50000 --save" in joined
+    assert "--tokenizer-type NullTokenizer --vocab-size 50000 --legacy-tokenizer --save" in joined
     assert "--mock-data --split" in joined and "--data-path" not in args
     assert "--group-query-attention" not in args and "--num-query-groups" not in args  # 8 groups of 8 heads: plain multi-head
     assert "--swiglu" in args and "--squared-relu" not in args and "--rotary-base" not in args
@@ -538,6 +540,7 @@ def test_a_slurm_time_limit_shorter_than_the_save_before_it_is_refused():
         "export CUDA_DEVICE_MAX_CONNECTIONS=1",
         "export NCCL_DEBUG=INFO",
         "export OMP_NUM_THREADS=4",
+        "export PYTHONPATH=/opt/megatron-lm",
         "export PYTHONUNBUFFERED=1",
         "export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=61",
         'export PATH=/opt/megaprov/venv/bin:"$PATH"',
@@ -590,6 +593,8 @@ def test_the_node_script_header_and_environment():
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(out.stop.torchrun_s),
         "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
         "NCCL_DEBUG": "WARN",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
     }
     lines = node.script.splitlines()
     assert lines[:4] == [

@@ -75,9 +75,15 @@ def test_dataset_helpers_were_built_at_install_time_and_the_jobs_make_is_a_no_op
     assert host.file("/opt/megatron-lm").user == "root"
     question = host.run(f"runuser -u nobody -- env -i PATH={JOB_PATH} make -q -C {DATASETS}")
     assert question.rc == 0, question.stdout + question.stderr
-    # the module is the fixture's own pybind11 code, importable from the checkout by the venv's interpreter
-    out = host.check_output(f"cd {DATASETS} && {PY} -c 'import helpers_cpp; print(helpers_cpp.document_offsets([3, 4, 5]))'")
-    assert out == "[0, 3, 7, 12]"
+    # Megatron-LM's own helpers, imported as a job imports them (the checkout first on the path), as the cluster user:
+    # the sample index of three 5-token documents in 4-token samples (one token of overlap)
+    script = (
+        "import numpy as np; from megatron.core.datasets import helpers; print(helpers.helpers_cpp.__file__); "
+        "print(helpers.build_sample_idx(np.array([5, 5, 5], dtype=np.int32), np.array([0, 1, 2], dtype=np.int32), 4, 1, 15).tolist())"
+    )
+    out = host.check_output(f"cd /tmp && runuser -u megaprov -- env PYTHONPATH=/opt/megatron-lm {PY} -W ignore -c {shlex.quote(script)}")
+    assert out.splitlines()[-2] == f"{DATASETS}/helpers_cpp{suffix}"
+    assert out.splitlines()[-1] == "[[0, 0], [0, 4], [1, 3], [2, 2]]"
     assert host.run(f"{PY} -m pybind11 --includes").rc == 0
 
 
@@ -119,6 +125,22 @@ def test_the_model_check_uses_the_arguments_megaprov_renders_for_this_node(host)
     ]
     before = json.loads(old.stdout.splitlines()[-1])
     assert old.rc == 1 and before["transformer_impl"] == "transformer_engine" and before["model"] != "built"
+
+
+def test_the_role_ran_megatron_lms_training_code_as_the_cluster_user(host):
+    """Issue 29: the role's model check (its recorded proof) imported pretrain_gpt.py and megatron.training, which need
+    pyyaml and pydantic beyond megatron-core, and built the model through Megatron-LM's own code; the installed check
+    script runs as the cluster user."""
+    proof = json.loads(host.file("/var/lib/megaprov/proofs/megatron_model.json").content_string)
+    lines = [line for line in proof["result"]["stdout_lines"] if line.startswith("{")]
+    result = json.loads(lines[-1])
+    assert result["mode"] == "megatron-lm" and result["imports"] == "ok" and result["model"] == "built", result
+    assert result["parse"] is True and result["validate"] is True and result["triton"] == "stand-in (CPU torch)"
+    script = host.file("/opt/megaprov/lib/megatron_build_check.py")
+    assert script.exists and script.user == "root" and script.mode == 0o644
+    args = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 --legacy-tokenizer"
+    run = host.run(f"cd /tmp && runuser -u megaprov -- {PY} /opt/megaprov/lib/megatron_build_check.py /opt/megatron-lm -- {args} --transformer-impl local --no-gradient-accumulation-fusion --no-persist-layer-norm")
+    assert run.rc == 0 and json.loads(run.stdout.splitlines()[-1])["model"] == "built", run.stdout + run.stderr
 
 
 def test_uv_installed_the_environment_from_the_wheelhouse(host):

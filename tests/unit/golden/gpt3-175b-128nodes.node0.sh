@@ -73,6 +73,7 @@ trap 'stopping=1; kill -TERM $child 2>/dev/null' TERM
     --tokenizer-type GPT2BPETokenizer \
     --vocab-file /shared/tokenizers/gpt2/vocab.json \
     --merge-file /shared/tokenizers/gpt2/merges.txt \
+    --legacy-tokenizer \
     --save /shared/checkpoints/gpt3-175b \
     --load /shared/checkpoints/gpt3-175b \
     --save-interval 1000 \

@@ -66,6 +66,7 @@ trap 'stopping=1; kill -TERM $child 2>/dev/null' TERM
     --split 949,50,1 \
     --tokenizer-type NullTokenizer \
     --vocab-size 32000 \
+    --legacy-tokenizer \
     --save /shared/checkpoints/gpu-check \
     --load /shared/checkpoints/gpu-check \
     --save-interval 1000 \

@@ -7,6 +7,7 @@ exec >>/shared/jobs/lab-tiny-slurm/logs/node00.log 2>&1  # as the job user (a ro
 if [ -r /etc/megaprov/nccl.env ]; then set -a; . /etc/megaprov/nccl.env; set +a; fi
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export OMP_NUM_THREADS=4
+export PYTHONPATH=/opt/megatron-lm
 export PYTHONUNBUFFERED=1
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=61
 export PATH=/opt/megaprov/venv/bin:"$PATH"

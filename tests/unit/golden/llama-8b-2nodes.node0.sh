@@ -7,11 +7,13 @@ set -uo pipefail
 exec >>/shared/jobs/llama-8b/logs/node00.log 2>&1  # as the job user (a root-squashed share refuses root)
 if [ -r /etc/megaprov/nccl.env ]; then set -a; . /etc/megaprov/nccl.env; set +a; fi
 export CUDA_DEVICE_MAX_CONNECTIONS=1
+export HF_HUB_OFFLINE=1
 export NCCL_DEBUG=WARN
 export OMP_NUM_THREADS=4
 export PYTHONPATH=/opt/megatron-lm
 export PYTHONUNBUFFERED=1
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=285
+export TRANSFORMERS_OFFLINE=1
 export PATH=/opt/megaprov/venv/bin:"$PATH"
 cd /shared/jobs/llama-8b
 if command -v nvidia-smi >/dev/null 2>&1; then  # GPU utilisation and memory for the verdict, every 2 s
@@ -78,6 +80,7 @@ trap 'stopping=1; kill -TERM $child 2>/dev/null' TERM
     --split 99,1,0 \
     --tokenizer-type HuggingFaceTokenizer \
     --tokenizer-model /shared/tokenizers/llama3 \
+    --legacy-tokenizer \
     --save /shared/checkpoints/llama-8b \
     --load /shared/checkpoints/llama-8b \
     --save-interval 500 \

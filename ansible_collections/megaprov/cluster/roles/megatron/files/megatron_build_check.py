@@ -13,18 +13,29 @@ kept). Without the training code (a megatron-core-only node) it builds the same 
 the installed megatron-core: ``transformer_engine`` takes the TE spec, ``local`` the local one, and the fusion
 switches go into the ``TransformerConfig`` as Megatron-LM's arguments put them there.
 
-Prints one JSON line: parse, validate, transformer_impl, the fusions in effect, model (``built`` or the error)
-and the parameter count. Exit status 0 only when the model was built. ``--arch`` stands in for the GPU
-generation on a machine without one (Megatron-LM asks the device in validate_args).
+With the training code, ``pretrain_gpt.py`` itself is imported first (as a module: its ``__main__`` block does not
+run), so everything a job imports is imported here; a missing package is the answer (``imports``), named.
+
+Prints one JSON line: imports, parse, validate, transformer_impl, the fusions in effect, model (``built`` or the
+error) and the parameter count. Exit status 0 only when the model was built. ``--arch`` stands in for the GPU
+generation on a machine without one (Megatron-LM asks the device in validate_args); without a GPU it defaults to
+Hopper (9), and the result says so.
+
+On a CPU-only torch (no CUDA build: the lab, CI) there is no triton, which CUDA builds of torch depend on and which
+megatron/training/initialize.py imports unconditionally (through the batch-invariant kernels module, whose kernels
+only run on a GPU). There, and only there, that one module is imported while a stand-in ``triton`` exists; the
+stand-in is removed right after, and the result says ``"triton": "stand-in (CPU torch)"``.
 """
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import os
 import sys
 import traceback
+import types
 
 SIZES = {  # --shrink: tiny model and one process; everything else is left as rendered
     "--num-layers": "2",
@@ -128,6 +139,47 @@ def one_process_group():
         parallel_state.initialize_model_parallel(1, 1)
 
 
+def triton_stand_in(checkout):
+    """On a CPU-only torch without triton: import the one module of the tree that imports triton at import time with a
+    stand-in present, then remove the stand-in (see the docstring). Returns what was done, for the result."""
+    import torch
+
+    if importlib.util.find_spec("triton") is not None:
+        return "installed"
+    if torch.version.cuda is not None:  # a CUDA torch without triton is broken: let the import fail and say so
+        return "missing"
+    import functorch.compile  # noqa: F401  torch probes triton the first time these load: before the stand-in exists
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.codecache  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+
+    sys.path.insert(0, checkout)
+    import megatron.core.models.gpt  # noqa: F401  its fusions call torch.compile, which probes triton too
+
+    mod, lang = types.ModuleType("triton"), types.ModuleType("triton.language")
+
+    def anything(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return type(name, (), {})
+
+    mod.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
+    mod.language, mod.__getattr__, lang.__getattr__ = lang, anything, anything
+    sys.modules["triton"], sys.modules["triton.language"] = mod, lang
+    try:
+        import megatron.core.transformer.custom_layers.batch_invariant_kernels  # noqa: F401
+    finally:
+        del sys.modules["triton"], sys.modules["triton.language"]
+    return "stand-in (CPU torch)"
+
+
+def import_entry(checkout):
+    """Import pretrain_gpt.py as a module (its __main__ block does not run): every import a job makes."""
+    spec = importlib.util.spec_from_file_location("megaprov_pretrain_gpt", os.path.join(checkout, "pretrain_gpt.py"))
+    module = importlib.util.module_from_spec(spec)
+    quiet(spec.loader.exec_module, module)
+
+
 def error_line(exc):
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
 
@@ -136,6 +188,22 @@ def with_training_code(checkout, argv, world_size, do_shrink, arch):
     sys.path.insert(0, checkout)
     os.chdir(checkout)
     result = {"mode": "megatron-lm"}
+    import torch
+
+    if arch is None and not torch.cuda.is_available():
+        arch = 9
+        result["arch"] = "stand-in 9 (no GPU)"
+    try:
+        result["triton"] = triton_stand_in(checkout)
+        if os.path.isfile(os.path.join(checkout, "pretrain_gpt.py")):
+            import_entry(checkout)
+        import megatron.training.training  # noqa: F401
+        result["imports"] = "ok"
+    except Exception as exc:  # noqa: BLE001 (the error is the answer)
+        result["imports"] = error_line(exc)
+        result["parse"] = result["validate"] = False
+        result["model"] = "not built: " + result["imports"]
+        return result
     if arch is not None:  # validate_args asks the GPU generation
         import megatron.core.utils as core_utils
 

@@ -59,6 +59,10 @@ def main():
             apex[name] = False
     fact["apex"] = apex
     fact["apex_version"] = dist_version("apex")
+    # Megatron-LM's HuggingFaceTokenizer imports transformers (megaprov refuses a huggingface-tokenizer job without it)
+    fact["transformers"] = None
+    if importlib.util.find_spec("transformers") is not None:
+        fact["transformers"] = dist_version("transformers")
 
     from megatron.core import package_info
 
