@@ -480,10 +480,10 @@ def main(argv: list[str] | None = None) -> int:
     train_data, _, _ = BlendedMegatronDatasetBuilder(dataset_class, [samples, 0, 0], lambda: True, data_config).build()
     if rank == 0:  # which megatron.core and which compiled dataset helpers this job runs on (the checkout's, on a cluster)
         import megatron.core
-        from megatron.core.datasets import helpers
+        from megatron.core.datasets import helpers_cpp  # what megatron.core.datasets.helpers wraps, the compiled module
 
         core_dir = os.path.dirname(os.path.dirname(megatron.core.__file__))
-        say(f"> megatron.core from {core_dir}, dataset helpers {helpers.helpers_cpp.__file__}")
+        say(f"> megatron.core from {core_dir}, dataset helpers {helpers_cpp.__file__}")
 
     flops = flops_per_iteration(args, vocab)
     window = LogWindow(flops, world)

@@ -105,6 +105,8 @@ def test_two_ranks_train_checkpoint_and_resume(dataset):
     losses, out = train(dataset, "dp", 6)
     assert len(losses) == 6 and losses[-1] < losses[0] * 0.9, losses
     assert "successfully saved checkpoint from iteration       6" in out
+    # which megatron.core and compiled dataset helpers the job ran on (on the lab: the checkout's, issue 29)
+    assert re.search(r"^> megatron.core from /\S+, dataset helpers /\S+/megatron/core/datasets/helpers_cpp\S*\.so$", out, re.M), out[-2000:]
     assert (dataset / "dp" / "latest_checkpointed_iteration.txt").read_text() == "6\n"
     assert (dataset / "dp" / "iter_0000003" / "mp_rank_00" / "model_optim_rng.pt").is_file()
     # every rank's evidence for the throughput verdict: its start-up GEMM rate and its compute time per iteration

@@ -78,7 +78,7 @@ def test_dataset_helpers_were_built_at_install_time_and_the_jobs_make_is_a_no_op
     # Megatron-LM's own helpers, imported as a job imports them (the checkout first on the path), as the cluster user:
     # the sample index of three 5-token documents in 4-token samples (one token of overlap)
     script = (
-        "import numpy as np; from megatron.core.datasets import helpers; print(helpers.helpers_cpp.__file__); "
+        "import numpy as np; from megatron.core.datasets import helpers, helpers_cpp; print(helpers_cpp.__file__); "
         "print(helpers.build_sample_idx(np.array([5, 5, 5], dtype=np.int32), np.array([0, 1, 2], dtype=np.int32), 4, 1, 15).tolist())"
     )
     out = host.check_output(f"cd /tmp && runuser -u megaprov -- env PYTHONPATH=/opt/megatron-lm {PY} -W ignore -c {shlex.quote(script)}")
