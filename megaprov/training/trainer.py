@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         import megatron.core
         from megatron.core.datasets import helpers_cpp  # what megatron.core.datasets.helpers wraps, the compiled module
 
-        core_dir = os.path.dirname(os.path.dirname(megatron.core.__file__))
+        core_dir = os.path.dirname(os.path.dirname(os.path.dirname(megatron.core.__file__)))  # the import root
         say(f"> megatron.core from {core_dir}, dataset helpers {helpers_cpp.__file__}")
 
     flops = flops_per_iteration(args, vocab)
