@@ -134,6 +134,58 @@ def test_installed_megaprov_works_from_any_directory(installed, bootstrapped, tm
     assert [p.name for p in where.iterdir()] == ["lab-tiny.yml"]
 
 
+# What the train extra brings (torch, megatron-core, tokenizers): a plain `pip install megaprov` has none of it.
+OPTIONAL = ("torch", "megatron", "tokenizers", "numpy")
+IMPORT_ALL = """
+import importlib, json, sys
+failed = {}
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        failed[name] = exc.name or str(exc)
+    except Exception as exc:  # noqa: BLE001
+        failed[name] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(failed))
+"""
+
+
+def test_every_module_and_command_family_works_from_the_installed_wheel(installed, bootstrapped, tmp_path):
+    """A listed package set once left megaprov/ops/doctor and megaprov/training/launchers out of the wheel: an installed
+    `megaprov train` and `megaprov doctor` ended with "internal error: ImportError". Every module of the package as
+    this commit holds it is in the wheel and imports there (only the train extra's own packages may be missing), and
+    every command's --help and `doctor --log` run from it."""
+    env = outside_env(installed["bin"], installed["home"])
+    modules = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__") for p in (ROOT / "megaprov").rglob("*.py"))
+    site = installed["site"]
+
+    def shipped(module: str) -> bool:
+        path = site / Path(*module.split("."))
+        return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+    missing = [m for m in modules if not shipped(m)]
+    assert missing == [], f"not in the wheel: {missing}"
+    python = installed["bin"] / "python"
+    out = run([python, "-c", IMPORT_ALL, json.dumps(modules)], tmp_path, env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    failed = json.loads(out.stdout)
+    assert {m: why for m, why in failed.items() if not str(why).startswith(OPTIONAL)} == {}, failed
+    megaprov = installed["bin"] / "megaprov"
+    parser = "from megaprov import cli; print(' '.join(sorted(cli.build_parser()._subparsers._group_actions[0].choices)))"
+    helps = run([python, "-c", parser], tmp_path, env)
+    assert helps.returncode == 0, helps.stderr[-2000:]
+    commands = helps.stdout.split()
+    assert {"train", "doctor", "plan", "job", "bootstrap"} <= set(commands), commands
+    for command in commands:
+        shown = run([megaprov, command, "--help"], tmp_path, env)
+        assert shown.returncode == 0 and "internal error" not in shown.stderr, (command, shown.stderr[-1000:])
+    doctor = run([megaprov, "doctor", "--log", ROOT / "tests" / "doctor_corpus" / "lab" / "nan_loss.log", "--output", "json"], tmp_path, env)
+    assert doctor.returncode in (0, 6) and "internal error" not in doctor.stderr, doctor.stderr[-2000:]
+    assert json.loads(doctor.stdout)["result"]["findings"], doctor.stdout[-2000:]
+    dry = run([megaprov, "train", "--job", ROOT / "examples" / "jobs" / "lab-tiny.yml", "-i", bootstrapped["inventory"], "--dry-run"], tmp_path, env)
+    assert dry.returncode == 0 and "torchrun" in dry.stdout + dry.stderr, dry.stderr[-2000:]
+
+
 def test_the_collection_alone_runs_with_plain_ansible(artifacts, installed, bootstrapped, tmp_path):
     """A site's own Ansible: the tarball installed by ansible-galaxy, the preflight stage of its bootstrap playbook by
     FQCN, no megaprov on the way (no megaprov ansible.cfg, collections searched only where galaxy put it)."""
