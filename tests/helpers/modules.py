@@ -16,3 +16,17 @@ def run_module(main: Callable[[], Any], args: dict, capsys: pytest.CaptureFixtur
         main()
     code = stop.value.code
     return (0 if code is None else code if isinstance(code, int) else 1), json.loads(capsys.readouterr().out)
+
+
+def trusted(value: Any) -> Any:
+    """Role defaults and vars as Ansible trusts them in a role (templates), for tests that template them by hand: every
+    string of a YAML document marked trusted, through lists and mappings."""
+    from ansible.template import trust_as_template
+
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return {k: trusted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [trusted(v) for v in value]
+    return value

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
+
+from tests.helpers.modules import trusted
 
 ROLE = Path(__file__).resolve().parents[2] / "ansible_collections/megaprov/cluster/roles" / "nvidia_driver"
 
@@ -21,21 +23,11 @@ OS_FACTS = {
 }
 
 
-def _trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    return value
-
-
 def render(names, *, os="Debian", arch="x86_64", gpu_ids=(), live_ids=None, nvswitch=False, **settings):
     """The role's defaults and vars, templated by Ansible for a node with these facts and settings."""
     loader = DataLoader()
-    variables = {**_trusted(loader.load_from_file(str(ROLE / "defaults" / "main.yml")))}
-    variables.update(_trusted(loader.load_from_file(str(ROLE / "vars" / "main.yml"))))
+    variables = {**trusted(loader.load_from_file(str(ROLE / "defaults" / "main.yml")))}
+    variables.update(trusted(loader.load_from_file(str(ROLE / "vars" / "main.yml"))))
     facts = {"pci_gpus": ["0000:18:00.0"] * max(1, len(gpu_ids)), "nvswitches": ["0000:05:00.0"] if nvswitch else [], "gpus": []}
     if gpu_ids:
         facts["pci_gpu_ids"] = list(gpu_ids)

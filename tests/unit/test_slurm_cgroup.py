@@ -9,6 +9,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
 from tests.conftest import ROOT
+from tests.helpers.modules import trusted
 
 ROLE = ROOT / "ansible_collections" / "megaprov" / "cluster" / "roles" / "slurm"
 JAMMY = """slurmd:
@@ -25,16 +26,6 @@ SITE_2311 = JAMMY.replace("Installed: (none)", "Installed: 1:23.11.10-1site").re
 REFUSE = "Refuse the metal profile where this Slurm has no cgroup/v2 plugin"
 
 
-def _trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    return value
-
-
 def task(name):
     tasks = yaml.safe_load((ROLE / "tasks" / "cgroup.yml").read_text())
     return next(t for t in tasks if t["name"] == name)
@@ -43,8 +34,8 @@ def task(name):
 def judge(policy, slurm_repo="", cgroup2=True):
     """(passes, fail message) of the role's refusal, templated by Ansible as the role runs it."""
     loader = DataLoader()
-    variables = _trusted(loader.load_from_file(str(ROLE / "defaults" / "main.yml")))
-    variables.update(_trusted(loader.load_from_file(str(ROLE / "vars" / "main.yml"))))
+    variables = trusted(loader.load_from_file(str(ROLE / "defaults" / "main.yml")))
+    variables.update(trusted(loader.load_from_file(str(ROLE / "vars" / "main.yml"))))
     variables.update(
         inventory_hostname="gpu1",
         slurm_repo=slurm_repo,

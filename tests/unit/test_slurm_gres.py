@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
 
 from tests.conftest import ROOT, load_module
 from tests.helpers import modules
+from tests.helpers.modules import trusted
 
 COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
 ROLE = COLLECTION / "roles" / "slurm"
@@ -20,21 +21,11 @@ SLURMD_C = "NodeName=gpu1 CPUs=8 Boards=1 SocketsPerBoard=2 CoresPerSocket=4 Thr
 OPEN = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16-I3-D08-1-2)\n"
 
 
-def _trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    return value
-
-
 def render(names, **variables):
     """The role's defaults and vars, templated by Ansible with these variables."""
     loader = DataLoader()
-    known = _trusted(loader.load_from_file(str(ROLE / "defaults" / "main.yml")))
-    known.update(_trusted(loader.load_from_file(str(ROLE / "vars" / "main.yml"))))
+    known = trusted(loader.load_from_file(str(ROLE / "defaults" / "main.yml")))
+    known.update(trusted(loader.load_from_file(str(ROLE / "vars" / "main.yml"))))
     known.update(variables)
     templar = Templar(loader=loader, variables=known)
     return {name: templar.template(known[name]) for name in names}
