@@ -234,8 +234,29 @@ if [ -x "$WORK/shared/opt/nccl-tests/build/all_reduce_perf" ]; then
   PEAK=$(awk '!/^#/ && NF >= 8 && $1 ~ /^[0-9]+$/ { if ($8 + 0 > max) max = $8 + 0 } END { print max + 0 }' "$WORK/all_reduce.log")
   same=""
   if [ -n "$TORCH_NCCL" ] && [ "$TESTS_NCCL" != "$TORCH_NCCL" ]; then same=", NOT the NCCL torch loads ($TORCH_NCCL)"; fi
-  if [ "$rc" -eq 0 ]; then
-    record "nccl-tests: all_reduce_perf avg busbw ${AVG:-?} GB/s, peak ${PEAK} GB/s, NCCL ${TESTS_NCCL:-?}$same"
+  # The floor the nccl role holds this node to: NVLink SHARP's where the CUDA driver reports multicast on every GPU
+  # (and more than 2 GPUs, as NCCL decides), the ring's otherwise (roles/nccl/vars/main.yml, files/nvls_probe.py).
+  FLOOR=$("$PY" - "$MODEL" "$GPUS" <<'PYTHON'
+import json, subprocess, sys
+
+import yaml
+
+model, gpus = sys.argv[1], int(sys.argv[2])
+probe = subprocess.run([sys.executable, "ansible_collections/megaprov/cluster/roles/nccl/files/nvls_probe.py"], capture_output=True, text=True)
+found = json.loads((probe.stdout.strip().splitlines() or ["{}"])[-1])
+nvls = gpus > 2 and bool(found.get("multicast")) and all(found["multicast"])
+table = yaml.safe_load(open("ansible_collections/megaprov/cluster/roles/nccl/vars/main.yml", encoding="utf-8"))
+figures = next((v for k, v in (table.get("nccl_intranode_busbw_gbps") or {}).items() if k.upper() == model.upper()), {}) if gpus >= 8 else {}
+floor = (figures.get("nvls") if nvls else 0) or figures.get("ring") or 0  # as the nccl role: __nccl_min_busbw
+print(f"{floor} {'nvls' if nvls else 'ring'} {found.get('error') or found.get('multicast')}")
+PYTHON
+  )
+  read -r FLOOR_GBPS FLOOR_ALGO FLOOR_WHY <<<"${FLOOR:-0 ? ?}"
+  floor_note="; floor ${FLOOR_GBPS} GB/s (${FLOOR_ALGO}: multicast ${FLOOR_WHY})"
+  if [ "$rc" -eq 0 ] && awk -v p="$PEAK" -v f="${FLOOR_GBPS:-0}" 'BEGIN { exit !(p + 0 >= f + 0) }'; then
+    record "nccl-tests: all_reduce_perf avg busbw ${AVG:-?} GB/s, peak ${PEAK} GB/s, NCCL ${TESTS_NCCL:-?}$same$floor_note"
+  elif [ "$rc" -eq 0 ]; then
+    fail "nccl-tests: peak ${PEAK} GB/s below the floor$floor_note, NCCL ${TESTS_NCCL:-?}$same"
   else
     fail "nccl-tests: all_reduce_perf exit $rc (see $WORK/all_reduce.log)"
   fi
