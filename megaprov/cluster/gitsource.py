@@ -29,6 +29,7 @@ GIT_ENV = {
     "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
     "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
     "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",  # nor the user's (commit signing, hooks): the same tree, the same commit
 }
 
 
@@ -71,6 +72,11 @@ def remote_from_tree(source: Path, name: str, tag: str, cache: Path) -> Path:
         if source.is_file():
             work.mkdir()
             _unpack(source, work)
+            inside = list(work.iterdir())
+            if len(inside) == 1 and inside[0].is_dir() and not (work / "megatron").exists():  # a release tarball's top folder
+                top = inside[0].rename(tmp / "top")
+                work.rmdir()
+                top.rename(work)
         else:
             subprocess.run(["cp", "-a", "--", f"{source}/.", str(work)], check=True, capture_output=True)
             subprocess.run(["rm", "-rf", "--", str(work / ".git")], check=True)

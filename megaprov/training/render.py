@@ -139,6 +139,27 @@ def stack_problems(spec: JobSpec, stack: NodeStack) -> list[Problem]:
                 f"{install}, or set parallel.sequence_parallel: false",
             )
         )
+    tokenizer = spec.data.tokenizer
+    if tokenizer.type == "huggingface" and (tokenizer.path or "").endswith(".json"):
+        # AutoTokenizer.from_pretrained takes a directory (transformers 4.x: tokenizer_config.json, and config.json when
+        # that names no tokenizer_class); a lone tokenizer.json fails at initialize on every rank
+        problems.append(
+            Problem(
+                "data.tokenizer.path",
+                f"data.tokenizer.path={tokenizer.path} is a file: Megatron-LM's HuggingFaceTokenizer loads a tokenizer directory "
+                "(AutoTokenizer.from_pretrained)",
+                "point it at the directory saved by save_pretrained (tokenizer.json, tokenizer_config.json, config.json)",
+            )
+        )
+    if any(item.partition("=")[0] == "--fim-data" for item in spec.launch.extra_args):
+        problems.append(
+            Problem(
+                "launch.extra_args",
+                "launch.extra_args --fim-data needs Megatron-LM's new tokenizer path (validate_args refuses FIM with "
+                "--legacy-tokenizer), which looks tokenizers up on the Hugging Face Hub; megaprov renders --legacy-tokenizer",
+                "drop --fim-data",
+            )
+        )
     if spec.data.tokenizer.type == "huggingface" and stack.transformers is None:
         problems.append(
             Problem(

@@ -53,3 +53,24 @@ def test_an_archive_becomes_a_remote_and_an_escaping_member_is_refused(tmp_path)
 def test_a_bad_tag_is_refused(tmp_path, tag):
     with pytest.raises(UsageError, match="is not a plain name"):
         gitsource.remote_from_tree(tree(tmp_path / "src"), "Megatron-LM", tag, tmp_path / "cache")
+
+
+def test_a_release_tarballs_top_folder_is_the_tree(tmp_path):
+    """GitHub's release tarballs hold the tree in a top folder (Megatron-LM-core_v0.16.1/); git archive's do not."""
+    src = tree(tmp_path / "Megatron-LM-core_v0.16.1")
+    archive = tmp_path / "release.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(src, arcname="Megatron-LM-core_v0.16.1")
+    repo = gitsource.remote_from_tree(archive, "Megatron-LM", "core_v0.16.1", tmp_path / "cache")
+    ls_tree = ["git", "--git-dir", str(repo), "ls-tree", "-r", "--name-only", "core_v0.16.1"]
+    assert subprocess.run(ls_tree, capture_output=True, text=True, check=True).stdout.split() == ["megatron/core/package_info.py", "pretrain_gpt.py"]
+
+
+def test_the_users_git_configuration_does_not_reach_the_commit(tmp_path, monkeypatch):
+    """A user's global commit signing (or hooks) would fail or change the commit: only fixed settings are used."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text("[commit]\n\tgpgSign = true\n[gpg]\n\tprogram = /bin/false\n")
+    monkeypatch.setenv("HOME", str(home))
+    repo = gitsource.remote_from_tree(tree(tmp_path / "src"), "Megatron-LM", "core_v0.16.1", tmp_path / "cache")
+    assert gitsource.tag_commit(repo, "core_v0.16.1")

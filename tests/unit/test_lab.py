@@ -183,3 +183,10 @@ def test_the_lab_checks_out_megatron_lm_from_the_tree_it_was_given(tmp_path, mon
         lab.megatron_source()
     monkeypatch.delenv(lab.MEGATRON_SOURCE_ENV)
     assert lab.megatron_source() is None
+
+
+def test_the_labs_megatron_tag_is_the_roles():
+    import yaml
+
+    defaults = Path(__file__).resolve().parents[2] / "ansible_collections/megaprov/cluster/roles/megatron/defaults/main.yml"
+    assert yaml.safe_load(defaults.read_text())["megatron_version"] == lab.LAB_MEGATRON_TAG
