@@ -70,6 +70,12 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
     # What their training environment holds (the python stage's fact): the render's implementation choice rests on it.
     job_hosts = tuple(n for n, _ in hosts)
     stack = nodefacts.known(Path(inventory_path), job_hosts[:nodes])
+    if stack.source == "assumed":  # no python stage has run yet: what the inventory will install there
+        stack = nodefacts.assumed(
+            inv.as_bool(found.host_var(first, "megatron_transformer_engine", False)),
+            inv.as_bool(found.host_var(first, "apex_enabled", False)),
+            inv.as_bool(found.host_var(first, "megatron_huggingface", False)),
+        )
     write = found.host_var(first, "megatron_checkpoint_write_mbps", None)
     try:
         write_mbps = float(write) if write not in (None, "") else nodefacts.DEFAULT_WRITE_MBPS

@@ -63,7 +63,9 @@ class NodeStack:
         ]
         apex = f"apex fused {', '.join(kernels)}" if kernels else "no apex fused kernels"
         if self.source == "assumed":
-            return f"assumed (no node fact {FACT} known): the roles' defaults, {te}, {apex}"
+            basis = "the roles' defaults" if self == ROLE_DEFAULTS else "what the inventory asks the roles to install"
+            hf = ", transformers" if self.transformers else ""
+            return f"assumed (no node fact {FACT} known): {basis}, {te}, {apex}{hf}"
         where = f"node facts of {', '.join(self.hosts)}"
         if self.missing:
             where += f" (none yet for {', '.join(self.missing)}: planned as the roles' defaults)"
@@ -71,6 +73,22 @@ class NodeStack:
 
 
 ROLE_DEFAULTS = NodeStack(source="assumed")  # megatron_transformer_engine: false, apex_enabled: false
+INVENTORY_ASKS = "as the inventory asks"  # the version of what an assumed stack holds because the inventory installs it
+
+
+def assumed(transformer_engine: bool = False, apex: bool = False, transformers: bool = False) -> NodeStack:
+    """What the nodes will hold once the python stage has run, before any fact exists: what the inventory asks the roles
+    to install (megatron_transformer_engine, apex_enabled, megatron_huggingface), else the roles' defaults."""
+    if not (transformer_engine or apex or transformers):
+        return ROLE_DEFAULTS
+    return NodeStack(
+        transformer_engine=INVENTORY_ASKS if transformer_engine else None,
+        apex_gradient_accumulation=apex,
+        apex_softmax=apex,
+        apex_layer_norm=apex,
+        transformers=INVENTORY_ASKS if transformers else None,
+        source="assumed",
+    )
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,14 @@ def inventory(tmp_path, monkeypatch, node_vars):
 LLAMA = jobspec.load(JOBS / "llama-8b-2nodes.yml")  # written for 2 nodes x 8 GPUs (launch.gpus_per_node: 8), tensor 2
 
 
+# What the llama example's nodes are set up with (it forces Transformer Engine and reads a Hugging Face tokenizer).
+LLAMA_STACK = {"megatron_transformer_engine": True, "megatron_huggingface": True}
+
+
 def test_the_inventorys_gpu_count_wins_over_the_spec(tmp_path, monkeypatch):
     # The nodes have 4 GPUs (megaprov_gpus_per_node=4); the spec says 8. The job runs 4 ranks per node: a world of
     # 2 x 4 = 8, data parallel 8 / tensor 2 = 4 (the spec's 8 would give 16 ranks on 8 GPUs, two per GPU).
-    path = inventory(tmp_path, monkeypatch, {"megaprov_gpu_model": "H100-SXM", "megaprov_gpus_per_node": 4})
+    path = inventory(tmp_path, monkeypatch, {"megaprov_gpu_model": "H100-SXM", "megaprov_gpus_per_node": 4, **LLAMA_STACK})
     assert LLAMA.launch.gpus_per_node == 8
     found, hosts = launch.cluster(LLAMA, path, launch.Shape())
     assert (found.nodes, found.gpus_per_node, found.world) == (2, 4, 8)
@@ -49,7 +53,7 @@ def test_the_inventorys_gpu_count_wins_over_the_spec(tmp_path, monkeypatch):
 
 
 def test_the_gpus_per_node_flag_wins_over_the_inventory(tmp_path, monkeypatch):
-    path = inventory(tmp_path, monkeypatch, {"megaprov_gpu_model": "H100-SXM", "megaprov_gpus_per_node": 4})
+    path = inventory(tmp_path, monkeypatch, {"megaprov_gpu_model": "H100-SXM", "megaprov_gpus_per_node": 4, **LLAMA_STACK})
     found, hosts = launch.cluster(LLAMA, path, launch.Shape(gpus_per_node=2))
     assert (found.gpus_per_node, found.world) == (2, 4)
     argv = render.render(LLAMA, found, hosts).nodes[0].argv
