@@ -62,6 +62,9 @@ def test_apex_checked_out_but_not_built_without_a_gpu(host):
     assert host.run(f"{PY} -c 'import apex'").rc != 0
 
 
+# The megatron role's own check arguments (megatron_check_args), as one shell-quoted string.
+_DEFAULTS = Path(__file__).resolve().parents[3] / "ansible_collections/megaprov/cluster/roles/megatron/defaults/main.yml"
+CHECK_ARGS = " ".join(shlex.quote(str(a)) for a in yaml.safe_load(_DEFAULTS.read_text())["megatron_check_args"])
 DATASETS = "/opt/megatron-lm/megatron/core/datasets"
 JOB_PATH = "/opt/megaprov/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -106,7 +109,7 @@ def test_the_model_check_uses_the_arguments_megaprov_renders_for_this_node(host)
     script = (files / "megatron_build_check.py").read_text()
     rules = (files / "impl-core_v0.16.1.json").read_text()
     assert host.run(f"cat > /tmp/megaprov_check.py <<'EOF'\n{script}\nEOF").rc == 0
-    args = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --position-embedding-type rope --normalization RMSNorm --swiglu"
+    args = CHECK_ARGS  # a 2-layer rope/RMSNorm/SwiGLU GPT, complete enough for Megatron-LM's validate_args
     fact = "$(cat /etc/ansible/facts.d/megaprov_python.fact)"
     try:
         new = host.run(f'cd /tmp && {PY} /tmp/megaprov_check.py /opt/megatron-lm --rules {shlex.quote(rules)} --stack "{fact}" -- {args}')
@@ -138,8 +141,8 @@ def test_the_role_ran_megatron_lms_training_code_as_the_cluster_user(host):
     assert result["parse"] is True and result["validate"] is True and result["triton"] == "stand-in (CPU torch)"
     script = host.file("/opt/megaprov/lib/megatron_build_check.py")
     assert script.exists and script.user == "root" and script.mode == 0o644
-    args = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 --legacy-tokenizer"
-    run = host.run(f"cd /tmp && runuser -u megaprov -- {PY} /opt/megaprov/lib/megatron_build_check.py /opt/megatron-lm -- {args} --transformer-impl local --no-gradient-accumulation-fusion --no-persist-layer-norm")
+    local = "--transformer-impl local --no-gradient-accumulation-fusion --no-persist-layer-norm --no-rope-fusion"
+    run = host.run(f"cd /tmp && runuser -u megaprov -- {PY} /opt/megaprov/lib/megatron_build_check.py /opt/megatron-lm -- {CHECK_ARGS} {local}")
     assert run.rc == 0 and json.loads(run.stdout.splitlines()[-1])["model"] == "built", run.stdout + run.stderr
 
 
