@@ -29,15 +29,19 @@ def test_a_directory_becomes_a_tagged_remote_that_clones(tmp_path):
     assert gitsource.remote_from_tree(tmp_path / "src", "Megatron-LM", "core_v0.16.1", tmp_path / "cache") == repo
 
 
-def test_an_archive_becomes_a_remote_and_an_escaping_member_is_refused(tmp_path):
-    src = tree(tmp_path / "src")
+def remote_of_archive(tmp_path, src, arcname):
+    """The remote made of a tarball of ``src`` stored under ``arcname``, and the files its tag holds."""
     archive = tmp_path / "mlm.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
-        tar.add(src, arcname=".")
+        tar.add(src, arcname=arcname)
     repo = gitsource.remote_from_tree(archive, "Megatron-LM", "core_v0.16.1", tmp_path / "cache")
     ls_tree = ["git", "--git-dir", str(repo), "ls-tree", "-r", "--name-only", "core_v0.16.1"]
-    listed = subprocess.run(ls_tree, capture_output=True, text=True, check=True)
-    assert listed.stdout.split() == ["megatron/core/package_info.py", "pretrain_gpt.py"]
+    return repo, subprocess.run(ls_tree, capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_an_archive_becomes_a_remote_and_an_escaping_member_is_refused(tmp_path):
+    _, files = remote_of_archive(tmp_path, tree(tmp_path / "src"), ".")
+    assert files == ["megatron/core/package_info.py", "pretrain_gpt.py"]
     evil = tmp_path / "evil.tar.gz"
     with tarfile.open(evil, "w:gz") as tar:
         data = b"x"
@@ -57,13 +61,8 @@ def test_a_bad_tag_is_refused(tmp_path, tag):
 
 def test_a_release_tarballs_top_folder_is_the_tree(tmp_path):
     """GitHub's release tarballs hold the tree in a top folder (Megatron-LM-core_v0.16.1/); git archive's do not."""
-    src = tree(tmp_path / "Megatron-LM-core_v0.16.1")
-    archive = tmp_path / "release.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(src, arcname="Megatron-LM-core_v0.16.1")
-    repo = gitsource.remote_from_tree(archive, "Megatron-LM", "core_v0.16.1", tmp_path / "cache")
-    ls_tree = ["git", "--git-dir", str(repo), "ls-tree", "-r", "--name-only", "core_v0.16.1"]
-    assert subprocess.run(ls_tree, capture_output=True, text=True, check=True).stdout.split() == ["megatron/core/package_info.py", "pretrain_gpt.py"]
+    _, files = remote_of_archive(tmp_path, tree(tmp_path / "Megatron-LM-core_v0.16.1"), "Megatron-LM-core_v0.16.1")
+    assert files == ["megatron/core/package_info.py", "pretrain_gpt.py"]
 
 
 def test_the_users_git_configuration_does_not_reach_the_commit(tmp_path, monkeypatch):
