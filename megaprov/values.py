@@ -159,6 +159,17 @@ def host_address(value: Any, field: str = "ansible_host") -> str:
     raise _fail(field, value, "is not an IP address or host name", "write an address such as 10.0.0.5 or a name such as node1.example.org")
 
 
+def gpu_count_or_auto(value: Any, field: str) -> str | int:
+    """GPUs a node offers to a scheduler: ``auto`` (those the node has when the stage runs) or a count from 0 to 64.
+    Literal only, as every value megaprov types: a template would be resolved on the node, after every check."""
+    text = str(value).strip().lower() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if text == "auto":
+        return "auto"
+    if not re.fullmatch(r"\d{1,2}", text) or int(text) > 64:
+        raise _fail(field, value, "is not auto or a GPU count from 0 to 64", f"set {field}: auto (the GPUs each node has) or a count")
+    return int(text)
+
+
 def absolute_path(value: Any, field: str) -> str:
     """An absolute path without control characters or ``..``, normalised (``/a//b/`` -> ``/a/b``)."""
     path: str = text(value, field, MAX_PATH, empty=False)

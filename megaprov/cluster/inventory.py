@@ -33,20 +33,6 @@ _VAR_RE = values.VARIABLE
 _SECTION_RE = re.compile(r"^\[([^\]]*)\]\s*(?:#.*)?$")  # a trailing comment is allowed, as in Ansible
 _COMMENT_RE = re.compile(r"\s+#.*$")
 
-
-def gpus_per_node_or_auto(value: Any, field: str) -> str | int:
-    """slurm_gpus_per_node: auto (the GPUs the node has when the scheduler stage runs) or a count from 0 to 64. Its
-    argument spec is raw (a word or a number), so the slurm role's own check would come only after contact."""
-    if isinstance(value, str) and "{{" in value:
-        return value  # templated: Ansible resolves it, the role checks it
-    text = str(value).strip().lower() if isinstance(value, (str, int)) and not isinstance(value, bool) else None
-    if text == "auto":
-        return "auto"
-    if text is None or not re.fullmatch(r"\d{1,2}", text) or int(text) > 64:
-        raise values.BadValue(field, value, "is not auto or a GPU count from 0 to 64", f"set {field}: auto (the GPUs each node has) or a count")
-    return int(text)
-
-
 # Variables megaprov renders itself (scripts, units, paths), typed beyond their argument spec.
 TYPED_VARS: dict[str, Any] = {
     "ansible_host": values.host_address,
@@ -54,7 +40,7 @@ TYPED_VARS: dict[str, Any] = {
     "megaprov_scratch_dir": values.absolute_path,
     "megaprov_controller_shared_dir": values.absolute_path,
     "megaprov_cluster_user": values.posix_user,
-    "slurm_gpus_per_node": gpus_per_node_or_auto,
+    "slurm_gpus_per_node": values.gpu_count_or_auto,
 }
 
 # Connection variables Ansible itself interprets.

@@ -103,13 +103,12 @@ smi:
 """
 
 import os
-import re
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.megaprov.cluster.plugins.module_utils import pci
+from ansible_collections.megaprov.cluster.plugins.module_utils.nvidia_driver import loaded_version
 
-DRIVER_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,driver_version,persistence_mode,memory.total", "--format=csv,noheader,nounits"]
 
@@ -128,19 +127,6 @@ def secure_boot(root):
     if len(data) < 5:
         return "unknown"
     return "enabled" if data[4] == 1 else "disabled"
-
-
-def loaded_version(root):
-    """Version of the loaded nvidia kernel module, or ''."""
-    version = _read(os.path.join(root, "sys/module/nvidia/version"))
-    if version:
-        return version
-    # "NVIDIA UNIX x86_64 Kernel Module  550.127.08  Tue Oct  1 ..." (proprietary) or
-    # "NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build ..." (open): the first version after "Module".
-    for line in _read(os.path.join(root, "proc/driver/nvidia/version")).splitlines():
-        if "Kernel Module" in line:
-            return next((word for word in line.split("Kernel Module", 1)[1].split() if DRIVER_VERSION.match(word)), "")
-    return ""
 
 
 def pci_gpus(root):

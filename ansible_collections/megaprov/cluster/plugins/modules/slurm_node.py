@@ -30,18 +30,10 @@ options:
     description: The node must offer its GPUs (megaprov_gpu_expected); one with NVIDIA GPUs that would offer none fails.
     type: bool
     default: false
-  dev_dir:
-    description: Where the GPU device files are.
+  root:
+    description: File system root under which dev/, sys/bus/pci/devices and the driver's version are read (tests use a fake tree).
     type: path
-    default: /dev
-  pci_devices:
-    description: PCI devices (NVIDIA GPUs are counted here).
-    type: path
-    default: /sys/bus/pci/devices
-  driver_version_file:
-    description: The loaded NVIDIA driver's version.
-    type: path
-    default: /proc/driver/nvidia/version
+    default: /
   mem_reserve_mb:
     description: Memory kept from Slurm for the system (RealMemory is slurmd's figure less this).
     type: int
@@ -87,6 +79,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.megaprov.cluster.plugins.module_utils import pci
+from ansible_collections.megaprov.cluster.plugins.module_utils.nvidia_driver import loaded_version
 
 KEYS = ("NodeName", "CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")
 
@@ -202,36 +195,21 @@ def empty_gres_problem(name, wanted, offered, pci_gpus, numbers, gpu_expected):
     )
 
 
-def driver_version(path="/proc/driver/nvidia/version"):
-    """The loaded NVIDIA driver's version, the first version after "Kernel Module" in its /proc file (as gpu_state reads
-    it: "... x86_64 Kernel Module  580.95.05 ..." or "... Open Kernel Module for x86_64  580.95.05 ..."); '' without one."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError:
-        return ""
-    for line in text.splitlines():
-        if "Kernel Module" in line:
-            return next((w for w in line.split("Kernel Module", 1)[1].split() if re.match(r"^\d+\.\d+(\.\d+)?$", w)), "")
-    return ""
-
-
 def main():
     module = AnsibleModule(
         argument_spec={
             "gpus": {"type": "str", "required": True},
             "gpu_expected": {"type": "bool", "default": False},
             "mem_reserve_mb": {"type": "int", "default": 1024},
-            "dev_dir": {"type": "path", "default": "/dev"},
-            "pci_devices": {"type": "path", "default": "/sys/bus/pci/devices"},
-            "driver_version_file": {"type": "path", "default": "/proc/driver/nvidia/version"},
+            "root": {"type": "path", "default": "/"},
         },
         supports_check_mode=True,
     )
     p = module.params
     reserve = p["mem_reserve_mb"]
-    pci_gpus = len(pci.nvidia_gpus(p["pci_devices"]))
-    numbers = device_numbers(p["dev_dir"])
+    dev_dir = os.path.join(p["root"], "dev")
+    pci_gpus = len(pci.nvidia_gpus(os.path.join(p["root"], "sys/bus/pci/devices")))
+    numbers = device_numbers(dev_dir)
     gpus = gpus_to_offer(p["gpus"], pci_gpus, numbers)
     if gpus is None or reserve < 0:
         module.fail_json(
@@ -256,7 +234,7 @@ def main():
     if problem:
         module.fail_json(msg=problem)
     for n in range(gpus):
-        path = os.path.join(p["dev_dir"], "nvidia%d" % n)
+        path = os.path.join(dev_dir, "nvidia%d" % n)
         if not os.path.exists(path):
             missing.append(path)
             continue
@@ -274,7 +252,7 @@ def main():
             "or set slurm_gpus_per_node to the GPUs this node has" % (node["NodeName"], gpus, p["gpus"], ", ".join(missing))
         )
     module.exit_json(
-        changed=False, node=node, slurmd_memory_mb=memory, devices=devices, gpus=gpus, driver=driver_version(p["driver_version_file"])
+        changed=False, node=node, slurmd_memory_mb=memory, devices=devices, gpus=gpus, driver=loaded_version(p["root"])
     )
 
 
