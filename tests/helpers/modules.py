@@ -30,3 +30,17 @@ def trusted(value: Any) -> Any:
     if isinstance(value, list):
         return [trusted(v) for v in value]
     return value
+
+
+def role_vars(role: Any, names: list[str], **variables: Any) -> dict[str, Any]:
+    """``names`` of a role's defaults and vars (``role`` its directory), templated by Ansible with ``variables`` as the
+    node's facts and the inventory's settings."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    loader = DataLoader()
+    known = trusted(loader.load_from_file(str(role / "defaults" / "main.yml")))
+    known.update(trusted(loader.load_from_file(str(role / "vars" / "main.yml"))))
+    known.update(variables)
+    templar = Templar(loader=loader, variables=known)
+    return {name: templar.template(known[name]) for name in names}

@@ -6,12 +6,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar
 
 from tests.conftest import ROOT, load_module
 from tests.helpers import modules
-from tests.helpers.modules import trusted
 
 COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
 ROLE = COLLECTION / "roles" / "slurm"
@@ -23,12 +20,7 @@ OPEN = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Rele
 
 def render(names, **variables):
     """The role's defaults and vars, templated by Ansible with these variables."""
-    loader = DataLoader()
-    known = trusted(loader.load_from_file(str(ROLE / "defaults" / "main.yml")))
-    known.update(trusted(loader.load_from_file(str(ROLE / "vars" / "main.yml"))))
-    known.update(variables)
-    templar = Templar(loader=loader, variables=known)
-    return {name: templar.template(known[name]) for name in names}
+    return modules.role_vars(ROLE, names, **variables)
 
 
 def node_tree(root: Path, pci_gpus: int = 0, device_files: int = 0, driver: str = "") -> dict:
