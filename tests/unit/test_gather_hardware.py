@@ -3,7 +3,8 @@
 holds ansible_memtotal_mb or ansible_processor_nproc (ansible-core's `hardware` subset does): apex then built with
 MAX_JOBS=1 and nccl-tests with make -j4 whatever the node. And with `gathering = smart` a play's own gather_subset does
 not help: once any play (or the fact cache) holds facts for a host, later plays gather nothing. So a play whose roles
-read hardware facts gathers them with a setup task (pre_tasks), or the role does before the task that reads them."""
+read hardware facts gathers them itself, with a setup task before the task that reads them (usable alone, whatever the
+play gathered)."""
 
 import configparser
 import json
@@ -127,23 +128,35 @@ def _task_files(role: str, entry: str) -> list[Path]:
     return seen
 
 
-def uncovered_hardware_reads(role: str, entry: str, names: set[str]) -> list[str]:
-    """Hardware facts the role reads that it does not gather itself first (defaults and vars: never covered by the
-    role, they may be templated by any task)."""
-    pattern = re.compile(r"\bansible_(?:facts(?:\[['\"]|\.))?(" + "|".join(sorted(n.removeprefix("ansible_") for n in names)) + r")\b")
-    found = []
+def hardware_reads(role: str, entry: str, names: set[str]) -> list[tuple[str, bool]]:
+    """Every task of the role (from ``entry``) that reads a hardware fact, directly or through a default or var whose
+    value reads one (those are templated where a task uses them), and whether the role gathered the hardware subset
+    before it."""
+    facts = re.compile(r"\bansible_(?:facts(?:\[['\"]|\.))?(" + "|".join(sorted(n.removeprefix("ansible_") for n in names)) + r")\b")
+    derived: dict[str, str] = {}
     for part in ("defaults", "vars"):
         path = COLLECTION / "roles" / role / part / "main.yml"
-        if path.is_file():
-            found += [f"{role}/{part}/main.yml: ansible_{m}" for m in pattern.findall(path.read_text())]
+        for name, value in (_load(path) or {}).items() if path.is_file() else ():
+            match = facts.search(yaml.safe_dump(value))
+            if match:
+                derived[name] = f"ansible_{match.group(1)} through {name}"
+    uses = re.compile(r"\b(" + "|".join(map(re.escape, derived)) + r")\b") if derived else None
+    found: list[tuple[str, bool]] = []
     gathered = False
     for path in _task_files(role, entry):
         for task in _walk_tasks(_load(path)):
             if _gathers_hardware(task):
                 gathered = True
-            elif not gathered:
-                found += [f"{role}/tasks/{path.name}: {task.get('name')}: ansible_{m}" for m in pattern.findall(yaml.safe_dump(task))]
+                continue
+            text = yaml.safe_dump({k: v for k, v in task.items() if k not in ("block", "rescue", "always")})
+            reads = [f"ansible_{m}" for m in facts.findall(text)] + ([derived[m] for m in uses.findall(text)] if uses else [])
+            found += [(f"{role}/tasks/{path.name}: {task.get('name')}: {read}", gathered) for read in dict.fromkeys(reads)]
     return found
+
+
+def uncovered_hardware_reads(role: str, entry: str, names: set[str]) -> list[str]:
+    """The reads of :func:`hardware_reads` that the role does not gather for first."""
+    return [where for where, covered in hardware_reads(role, entry, names) if not covered]
 
 
 def plays():
@@ -185,25 +198,32 @@ def test_every_play_gathers_the_hardware_facts_its_roles_read():
 
 
 def test_the_users_of_hardware_facts_are_known():
-    """Guards the scan above: it finds the two readers issue 29 names (apex's MAX_JOBS, nccl-tests' make -j)."""
+    """Guards the scan above: it finds the two readers issue 29 names (apex's MAX_JOBS, nccl-tests' make -j), each
+    covered by its own role's setup task (usable alone, whatever the play gathered)."""
     names = hardware_fact_names()
-    assert uncovered_hardware_reads("apex", "main", names) == [
-        "apex/defaults/main.yml: ansible_memtotal_mb",
-        "apex/defaults/main.yml: ansible_processor_nproc",
+    apex = hardware_reads("apex", "main", names)
+    assert [where for where, _ in apex] == [
+        "apex/tasks/enabled.yml: Build and install apex with its extensions, MAX_JOBS bounded by memory: ansible_memtotal_mb through apex_max_jobs"
     ]
+    assert all(covered for _, covered in apex)
+    nccl = hardware_reads("nccl", "main", names)
+    assert [where for where, _ in nccl] == [
+        "nccl/tasks/install.yml: Build nccl-tests with MPI against the NCCL of {{ nccl_tests_nccl }}: ansible_processor_nproc"
+    ]
+    assert all(covered for _, covered in nccl)
     install = _load(COLLECTION / "roles/nccl/tasks/install.yml")
     build = next(i for i, t in enumerate(install) if t["name"].startswith("Build nccl-tests"))
     assert "make -j{{ ansible_processor_nproc }}" in install[build]["ansible.builtin.shell"]["cmd"]  # no fixed fallback
-    gather = next(i for i, t in enumerate(install) if _gathers_hardware(t))
-    assert gather < build and "run_once" not in install[gather]  # run_once would copy one host's facts onto all
+    for tasks in (install, _load(COLLECTION / "roles/apex/tasks/enabled.yml")):
+        assert not [t for t in tasks if _gathers_hardware(t) and "run_once" in t]  # run_once would copy one host's facts onto all
 
 
 def test_the_stage_plays_gather_the_facts_on_a_real_host(tmp_path):
     """ansible-playbook on this machine with megaprov's gathering settings: after an earlier play gathered the default
     subset, a play asking for [min, hardware] still has no memory or core count (smart gathering), while the python
-    stage's pre_tasks and the nccl role's own setup task (taken from the files) provide both."""
+    apex and nccl roles' own setup tasks (taken from the files) provide both."""
     nproc = len(os.sched_getaffinity(0))
-    pre_tasks = next(p for name, p in plays() if name == "python.yml" and p["name"] == "Python environment").get("pre_tasks", [])
+    apex_gather = [{**t, "when": True} for t in _load(COLLECTION / "roles/apex/tasks/enabled.yml") if _gathers_hardware(t)]
     install = _load(COLLECTION / "roles/nccl/tasks/install.yml")
     nccl_gather = [t for t in install if _gathers_hardware(t)]
     has = "ansible_memtotal_mb is defined and ansible_processor_nproc is defined"
@@ -217,7 +237,7 @@ def test_the_stage_plays_gather_the_facts_on_a_real_host(tmp_path):
             "gather_subset": ["min", "hardware"],
             "tasks": [{"name": "Skipped by smart gathering", "ansible.builtin.assert": {"that": f"not ({has})"}}],
         },
-        {"name": "Python environment", "hosts": "python", "gather_facts": True, "gather_subset": ["min"], "pre_tasks": pre_tasks, "tasks": [check]},
+        {"name": "Python environment", "hosts": "python", "gather_facts": True, "gather_subset": ["min"], "tasks": [*apex_gather, check]},
         {
             "name": "NCCL",
             "hosts": "nccl",
@@ -240,4 +260,4 @@ def test_the_stage_plays_gather_the_facts_on_a_real_host(tmp_path):
         timeout=120,
     )
     assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-2000:])
-    assert pre_tasks and nccl_gather
+    assert apex_gather and nccl_gather
