@@ -46,18 +46,18 @@ def render(name: str, **overrides):
     return Templar(loader=DataLoader(), variables=variables).template(trust_as_template("{{ " + name + " }}"))
 
 
-EIGHT_MULTICAST = {"driver_version": 12080, "multicast": [1] * 8, "cc_major": [9] * 8}
+EIGHT_MULTICAST = {"driver_version": 12080, "multicast": [1] * 8}
 
 
 @pytest.mark.parametrize(
     ("probe", "gpus", "nvls"),
     [
         (EIGHT_MULTICAST, 8, True),
-        ({"driver_version": 12080, "multicast": [1] * 7 + [0], "cc_major": [9] * 8}, 8, False),  # one GPU without multicast
-        ({"driver_version": 12000, "multicast": [0] * 8, "cc_major": [9] * 8}, 8, False),  # a driver before CUDA 12.1
+        ({"driver_version": 12080, "multicast": [1] * 7 + [0]}, 8, False),  # one GPU without multicast
+        ({"driver_version": 12000, "multicast": [0] * 8}, 8, False),  # a driver before CUDA 12.1
         ({"error": "cuInit failed with CUDA error 802"}, 8, False),  # Fabric Manager not running
         ({}, 8, False),  # no probe output
-        ({"driver_version": 12080, "multicast": [1, 1], "cc_major": [9, 9]}, 2, False),  # NCCL: no NVLS on <= 2 GPUs
+        ({"driver_version": 12080, "multicast": [1, 1]}, 2, False),  # NCCL: no NVLS on <= 2 GPUs
     ],
 )
 def test_nvls_is_what_the_driver_reports_on_every_gpu(probe, gpus, nvls):
@@ -155,8 +155,8 @@ int cuDeviceGetAttribute(int *v, int attr, int d) { *v = attr == 132 ? value(d) 
 @pytest.mark.parametrize(
     ("init", "multicast", "found"),
     [
-        ("0", "1,1,1,1,1,1,1,1", {"driver_version": 12080, "multicast": [1] * 8, "cc_major": [9] * 8}),
-        ("0", "1,1,1,0", {"driver_version": 12080, "multicast": [1, 1, 1, 0], "cc_major": [9] * 4}),
+        ("0", "1,1,1,1,1,1,1,1", {"driver_version": 12080, "multicast": [1] * 8}),
+        ("0", "1,1,1,0", {"driver_version": 12080, "multicast": [1, 1, 1, 0]}),
         ("802", "1", {"error": "cuInit failed with CUDA error 802"}),
     ],
 )

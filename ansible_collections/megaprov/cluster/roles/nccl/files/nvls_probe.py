@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import json
 
-CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132  # cuda.h, CUDA 12.1 and later
 
 
@@ -24,16 +23,13 @@ def probe() -> dict:
     version, count = ctypes.c_int(0), ctypes.c_int(0)
     cuda.cuDriverGetVersion(ctypes.byref(version))
     cuda.cuDeviceGetCount(ctypes.byref(count))
-    found: dict = {"driver_version": version.value, "multicast": [], "cc_major": []}
+    found: dict = {"driver_version": version.value, "multicast": []}
     for index in range(count.value):
         device, value = ctypes.c_int(0), ctypes.c_int(0)
         cuda.cuDeviceGet(ctypes.byref(device), index)
-        major = ctypes.c_int(0)
-        cuda.cuDeviceGetAttribute(ctypes.byref(major), CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)
         # a driver older than CUDA 12.1 does not know the attribute: it returns an error and leaves 0
         cuda.cuDeviceGetAttribute(ctypes.byref(value), CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, device)
         found["multicast"].append(value.value)
-        found["cc_major"].append(major.value)
     return found
 
 
