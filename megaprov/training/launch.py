@@ -96,7 +96,7 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
 
 def check(spec: JobSpec, text: str, source: str, world: int | None, gpus_per_node: int | None) -> None:
     """Raise :class:`JobSpecError` with every cross-field problem, each with its line in the file."""
-    problems = planner.spec_problems(spec, world, gpus_per_node) + render.check_extra_args(spec)
+    problems = planner.spec_problems(spec, world, gpus_per_node) + render.megatron_problems(spec)
     if problems:
         lines = jobspec.line_map(text)
         located = [p if p.line else type(p)(p.path, p.message, p.fix, jobspec.line_of(lines, tuple(p.path.split(".")))) for p in problems]

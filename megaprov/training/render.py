@@ -139,27 +139,6 @@ def stack_problems(spec: JobSpec, stack: NodeStack) -> list[Problem]:
                 f"{install}, or set parallel.sequence_parallel: false",
             )
         )
-    tokenizer = spec.data.tokenizer
-    if tokenizer.type == "huggingface" and (tokenizer.path or "").endswith(".json"):
-        # AutoTokenizer.from_pretrained takes a directory (transformers 4.x: tokenizer_config.json, and config.json when
-        # that names no tokenizer_class); a lone tokenizer.json fails at initialize on every rank
-        problems.append(
-            Problem(
-                "data.tokenizer.path",
-                f"data.tokenizer.path={tokenizer.path} is a file: Megatron-LM's HuggingFaceTokenizer loads a tokenizer directory "
-                "(AutoTokenizer.from_pretrained)",
-                "point it at the directory saved by save_pretrained (tokenizer.json, tokenizer_config.json, config.json)",
-            )
-        )
-    if any(item.partition("=")[0] == "--fim-data" for item in spec.launch.extra_args):
-        problems.append(
-            Problem(
-                "launch.extra_args",
-                "launch.extra_args --fim-data needs Megatron-LM's new tokenizer path (validate_args refuses FIM with "
-                "--legacy-tokenizer), which looks tokenizers up on the Hugging Face Hub; megaprov renders --legacy-tokenizer",
-                "drop --fim-data",
-            )
-        )
     if spec.data.tokenizer.type == "huggingface" and stack.transformers is None:
         problems.append(
             Problem(
@@ -423,6 +402,37 @@ def check_extra_args(spec: JobSpec, tag: str = PINNED_MEGATRON) -> list[Problem]
             problems.append(
                 Problem("launch.extra_args", f"launch.extra_args[{i}]: {name} {value} is not allowed", f"use one of {', '.join(choices)}")
             )
+    return problems
+
+
+def megatron_problems(spec: JobSpec, tag: str = PINNED_MEGATRON) -> list[Problem]:
+    """What Megatron-LM at the pinned tag refuses in the spec whatever the nodes hold, before any host is contacted
+    (``job check`` too): the pass-through arguments (:func:`check_extra_args`), a Hugging Face tokenizer given as a file
+    where it loads a directory, and FIM, which validate_args refuses with the --legacy-tokenizer megaprov renders."""
+    problems = check_extra_args(spec, tag)
+    if spec.launch.trainer != "megatron-lm":
+        return problems
+    tokenizer = spec.data.tokenizer
+    if tokenizer.type == "huggingface" and (tokenizer.path or "").endswith(".json"):
+        # AutoTokenizer.from_pretrained takes a directory (transformers 4.x: tokenizer_config.json, and config.json when
+        # that names no tokenizer_class); a lone tokenizer.json fails at initialize on every rank
+        problems.append(
+            Problem(
+                "data.tokenizer.path",
+                f"data.tokenizer.path={tokenizer.path} is a file: Megatron-LM's HuggingFaceTokenizer loads a tokenizer directory "
+                "(AutoTokenizer.from_pretrained)",
+                "point it at the directory saved by save_pretrained (tokenizer.json, tokenizer_config.json, config.json)",
+            )
+        )
+    if any(item.partition("=")[0] == "--fim-data" for item in spec.launch.extra_args):
+        problems.append(
+            Problem(
+                "launch.extra_args",
+                "launch.extra_args --fim-data needs Megatron-LM's new tokenizer path (validate_args refuses FIM with "
+                "--legacy-tokenizer), which looks tokenizers up on the Hugging Face Hub; megaprov renders --legacy-tokenizer",
+                "drop --fim-data",
+            )
+        )
     return problems
 
 
@@ -796,7 +806,7 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
     """Render every node's launch. ``hosts`` are (inventory name, address) of the training nodes, rank order;
     ``passed`` is the operator's environment, of which the ``PASS_THROUGH_ENV`` variables reach the ranks."""
     stack = stack_of(cluster)
-    problems = check_extra_args(spec) + stack_problems(spec, stack)
+    problems = megatron_problems(spec) + stack_problems(spec, stack)
     # What the inventory gave (inventory.load checked it; checked again here, where it becomes text of a script).
     shared = values.absolute_path(cluster.shared_dir, "megaprov_shared_dir")
     for name, address in hosts:

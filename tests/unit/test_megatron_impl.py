@@ -264,17 +264,24 @@ def test_the_role_check_adds_what_the_render_adds(name, stack_name):
     assert script.rule_args(IMPL["rules"], fact, rendered) == render.stack_args(spec, stack)
 
 
-def test_a_tokenizer_file_and_fim_are_refused_before_anything_starts():
+def test_a_tokenizer_file_and_fim_are_refused_before_anything_starts(capsys, tmp_path):
     """Megatron-LM's HuggingFaceTokenizer loads a directory (AutoTokenizer.from_pretrained), and validate_args refuses
-    --fim-data with the --legacy-tokenizer megaprov renders: both would fail on every rank after the start."""
+    --fim-data with the --legacy-tokenizer megaprov renders: both would fail on every rank after the start, whatever the
+    nodes hold, so `job check` says so too."""
+    from megaprov.cli import main
+    from megaprov.errors import ExitCode
+
     llama = jobspec.load(JOBS / "llama-8b-2nodes.yml")
-    site = nodefacts.NodeStack(transformer_engine="2.9.0", transformers="4.57.1", hosts=("gpu01",))
-    file_tok = llama.model_copy(
-        update={
-            "data": llama.data.model_copy(update={"tokenizer": llama.data.tokenizer.model_copy(update={"path": "tokenizers/llama3/tokenizer.json"})})
-        }
-    )
-    assert [p.path for p in render.stack_problems(file_tok, site)] == ["data.tokenizer.path"]
+    tokenizer = llama.data.tokenizer.model_copy(update={"path": "tokenizers/llama3/tokenizer.json"})
+    file_tok = llama.model_copy(update={"data": llama.data.model_copy(update={"tokenizer": tokenizer})})
+    assert [p.path for p in render.megatron_problems(file_tok)] == ["data.tokenizer.path"]
     fim = llama.model_copy(update={"launch": llama.launch.model_copy(update={"extra_args": [*llama.launch.extra_args, "--fim-data"]})})
-    assert [p.path for p in render.stack_problems(fim, site)] == ["launch.extra_args"]
-    assert render.stack_problems(llama, site) == []
+    assert [p.path for p in render.megatron_problems(fim)] == ["launch.extra_args"]
+    assert render.megatron_problems(llama) == []
+    text = (JOBS / "llama-8b-2nodes.yml").read_text().replace("path: tokenizers/llama3\n", "path: tokenizers/llama3/tokenizer.json\n")
+    assert "path: tokenizers/llama3/tokenizer.json" in text
+    spec_file = tmp_path / "llama.yml"
+    spec_file.write_text(text)
+    code = main(["job", "check", str(spec_file)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE and "data.tokenizer.path=tokenizers/llama3/tokenizer.json is a file" in err, err
