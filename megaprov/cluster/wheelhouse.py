@@ -13,6 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
+from megaprov import paths
 from megaprov.errors import EnvironmentProblem
 from megaprov.paths import cache_dir, cached_dir
 
@@ -20,31 +23,31 @@ from megaprov.paths import cache_dir, cached_dir
 # (pytorch_installer: uv): the role's pytorch_uv_version, a unit test keeps them equal.
 UV = "uv==0.13.9"
 # What the lab's CPU nodes run: torch (CPU build) and megatron-core, and uv; torch's CPU wheels come from
-# MEGAPROV_TORCH_INDEX (e.g. https://download.pytorch.org/whl/cpu) or pip's configured find-links.
-# The megatron role's megatron_packages and megatron_build_requirements (the dataset helpers' pybind11) too: the lab's
-# nodes check out Megatron-LM's tree and import its training code.
-LAB_REQUIREMENTS = (
-    os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"),
-    "megatron-core==0.16.1",
-    "six",
-    "regex",
-    "einops",
-    "pyyaml",
-    "pydantic",
-    "pybind11==3.1.0",
-    UV,
-)
+# MEGAPROV_TORCH_INDEX (e.g. https://download.pytorch.org/whl/cpu) or pip's configured find-links. The nodes check out
+# Megatron-LM's tree and import its training code: what the megatron role installs besides comes from its defaults
+# (megatron_packages, megatron_build_requirements), read where they are defined.
+LAB_BASE = ("megatron-core==0.16.1", UV)
+
+
+def lab_requirements() -> tuple[str, ...]:
+    defaults = yaml.safe_load((paths.roles_dir() / "megatron" / "defaults" / "main.yml").read_text())
+    role = [str(r) for r in (*defaults["megatron_packages"], *defaults["megatron_build_requirements"])]
+    return (os.environ.get("MEGAPROV_TORCH", "torch==2.13.0"), *LAB_BASE, *role)
+
+
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
 
 
 def build(
-    requirements: tuple[str, ...] = LAB_REQUIREMENTS,
+    requirements: tuple[str, ...] | None = None,
     python_version: str = "3.11",
     cache: Path | None = None,
     index_url: str | None = None,
     cpu_only: bool = True,
 ) -> Path:
-    """Download ``requirements`` and their dependencies as wheels for CPython ``python_version``; return the directory."""
+    """Download ``requirements`` (the lab's by default) and their dependencies as wheels for CPython ``python_version``;
+    return the directory."""
+    requirements = requirements if requirements is not None else lab_requirements()
     index_url = index_url if index_url is not None else os.environ.get("MEGAPROV_TORCH_INDEX")
     key = "\n".join([*requirements, python_version, index_url or ""])
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]

@@ -241,6 +241,6 @@ def test_the_pinned_uv_is_the_same_release_everywhere():
     defaults = yaml.safe_load((ROOT / "ansible_collections/megaprov/cluster/roles/pytorch/defaults/main.yml").read_text())
     version = defaults["pytorch_uv_version"]
     assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", version)
-    assert f"uv=={version}" in wheelhouse.LAB_REQUIREMENTS
+    assert f"uv=={version}" in wheelhouse.lab_requirements()
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert re.search(rf"^UV_VERSION={re.escape(version)}$", setup, re.M), "scripts/setup.sh pins another uv"
