@@ -85,8 +85,11 @@ def remote_from_tree(source: Path, name: str, tag: str, cache: Path) -> Path:
         def git(*args: str, cwd: Path = work) -> None:
             proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
-                raise EnvironmentProblem(f"git {args[0]} failed: {proc.stderr.strip()[-300:]}", "install git (scripts/setup.sh does)")
+                said = (proc.stderr.strip() or proc.stdout.strip())[-300:]
+                raise EnvironmentProblem(f"git {args[0]} of {source} failed: {said}", "check git works here (scripts/setup.sh installs it)")
 
+        if not any(path.is_file() for path in work.rglob("*")):
+            raise UsageError(f"{source} holds no file", "give a Megatron-LM tree: a directory or a .tar.gz made by git archive")
         git("init", "-q", "-b", "main")
         git("add", "-A", "-f")
         git("commit", "-q", "-m", f"{name} at {tag}, from a tree (megaprov.cluster.gitsource)")

@@ -434,6 +434,12 @@ def volume_name(lab: str) -> str:
     return f"megaprov-lab-{lab}-shared"
 
 
+def _mount_source(container: str, destination: str) -> str | None:
+    """The host directory mounted at ``destination`` in the container, or None."""
+    out = podman("inspect", "--format", "{{range .Mounts}}{{.Destination}}\t{{.Source}}\n{{end}}", container)
+    return next((src for dst, _, src in (line.partition("\t") for line in out.splitlines()) if dst == destination), None)
+
+
 def megatron_source() -> Path | None:
     """The Megatron-LM tree named by MEGAPROV_MEGATRON_LM, or None (the lab then clones GitHub's)."""
     given = os.environ.get(MEGATRON_SOURCE_ENV, "")
@@ -530,6 +536,14 @@ def up(root: Path, lab: str, count: int, progress: Progress = _quiet, boot_timeo
     if source is not None:
         progress(f"Megatron-LM {LAB_MEGATRON_TAG} from {source} as a git remote for the nodes")
         git = gitsource.remote_from_tree(source, "Megatron-LM", LAB_MEGATRON_TAG, cache_dir() / "git")
+    if existing:  # nodes keep the mounts they were made with: the inventory must say what they have
+        mounted = _mount_source(existing[0].container, LAB_GIT)
+        if (mounted is None) != (git is None) or (git is not None and mounted != str(git.parent)):
+            have = f"Megatron-LM from {mounted}" if mounted else "no Megatron-LM tree (GitHub)"
+            raise UsageError(
+                f"lab {lab!r} was made with {have}, and {MEGATRON_SOURCE_ENV} now asks for {source or 'GitHub'}",
+                f"run `megaprov lab down --name {lab}` first, or set {MEGATRON_SOURCE_ENV} as when the lab was made",
+            )
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     if not key.exists():

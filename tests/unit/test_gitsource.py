@@ -73,3 +73,9 @@ def test_the_users_git_configuration_does_not_reach_the_commit(tmp_path, monkeyp
     monkeypatch.setenv("HOME", str(home))
     repo = gitsource.remote_from_tree(tree(tmp_path / "src"), "Megatron-LM", "core_v0.16.1", tmp_path / "cache")
     assert gitsource.tag_commit(repo, "core_v0.16.1")
+
+
+def test_an_empty_tree_is_refused_in_one_line(tmp_path):
+    (tmp_path / "src" / "megatron").mkdir(parents=True)
+    with pytest.raises(UsageError, match="holds no file"):
+        gitsource.remote_from_tree(tmp_path / "src", "Megatron-LM", "core_v0.16.1", tmp_path / "cache")

@@ -190,3 +190,24 @@ def test_the_labs_megatron_tag_is_the_roles():
 
     defaults = Path(__file__).resolve().parents[2] / "ansible_collections/megaprov/cluster/roles/megatron/defaults/main.yml"
     assert yaml.safe_load(defaults.read_text())["megatron_version"] == lab.LAB_MEGATRON_TAG
+
+
+def test_a_lab_is_reused_only_with_the_megatron_tree_its_nodes_mount(tmp_path, monkeypatch):
+    """Nodes keep the mounts they were made with: an inventory naming a tree they do not mount (or the reverse) would
+    fail the python stage with a clone error; `lab up` says so first."""
+    made = [lab.Node("node1", "megaprov-t-node1", "10.90.1.2", "running")]
+    monkeypatch.setattr(lab, "nodes", lambda name: made)
+    monkeypatch.setattr(lab, "ensure_image", lambda progress: "img")
+    monkeypatch.setattr(lab.wheelhouse, "build", lambda: tmp_path / "wheels")
+    monkeypatch.setattr(lab, "_mount_source", lambda container, destination: "/cache/git/old")
+    monkeypatch.delenv(lab.MEGATRON_SOURCE_ENV, raising=False)
+    with pytest.raises(UsageError, match="was made with Megatron-LM from /cache/git/old, and MEGAPROV_MEGATRON_LM now asks for GitHub"):
+        lab.up(tmp_path, "t", 1)
+    monkeypatch.setattr(lab, "_mount_source", lambda container, destination: None)
+    tree = tmp_path / "mlm"
+    (tree / "megatron").mkdir(parents=True)
+    (tree / "pretrain_gpt.py").write_text("")
+    monkeypatch.setenv(lab.MEGATRON_SOURCE_ENV, str(tree))
+    monkeypatch.setattr(lab, "cache_dir", lambda: tmp_path / "cache")
+    with pytest.raises(UsageError, match="was made with no Megatron-LM tree \\(GitHub\\)"):
+        lab.up(tmp_path, "t", 1)
