@@ -184,6 +184,7 @@ import json, os, subprocess, sys
 from pathlib import Path
 
 from megaprov.training import jobspec, nodefacts, render
+from tests.helpers.megatron import as_the_refusals_fix_it  # the fixes the suite applies to refused jobs, the same here
 
 python, checkout = sys.argv[1], sys.argv[2]
 script = str(Path(python).parents[2] / "lib" / "megatron_build_check.py")  # the role keeps it beside the venv
@@ -196,16 +197,7 @@ for path in sorted(Path("examples/jobs").glob("*.yml")):
     spec = jobspec.load(path)
     if spec.launch.trainer != "megatron-lm":
         continue
-    refused = []
-    for _ in range(3):  # dropping a forced implementation can surface the next refusal
-        for where in [p.path for p in render.stack_problems(spec, stack)]:
-            refused.append(where)
-            if where == "parallel.sequence_parallel":
-                spec = spec.model_copy(update={"parallel": spec.parallel.model_copy(update={"sequence_parallel": False})})
-            elif where == "data.tokenizer.type":
-                spec = spec.model_copy(update={"data": spec.data.model_copy(update={"tokenizer": jobspec.Tokenizer(type="null", vocab_size=32000)})})
-            else:
-                spec = spec.model_copy(update={"launch": spec.launch.model_copy(update={"extra_args": []})})
+    spec, refused = as_the_refusals_fix_it(spec, stack)
     argv = render.megatron_args(spec, "/shared", stack)
     world = spec.launch.nodes * spec.launch.gpus_per_node
     env = {**os.environ, **render.BASE_ENV}  # the job's environment (CUDA_DEVICE_MAX_CONNECTIONS=1, ...)
@@ -238,17 +230,17 @@ if [ -x "$WORK/shared/opt/nccl-tests/build/all_reduce_perf" ]; then
   # (and more than 2 GPUs, as NCCL decides), the ring's otherwise (roles/nccl/vars/main.yml, files/nvls_probe.py).
   FLOOR=$("$PY" - "$MODEL" "$GPUS" <<'PYTHON'
 import json, subprocess, sys
+from pathlib import Path
 
-import yaml
+from tests.helpers.modules import role_vars  # the nccl role's own definition of the floor, templated by Ansible
 
 model, gpus = sys.argv[1], int(sys.argv[2])
-probe = subprocess.run([sys.executable, "ansible_collections/megaprov/cluster/roles/nccl/files/nvls_probe.py"], capture_output=True, text=True)
+role = Path("ansible_collections/megaprov/cluster/roles/nccl")
+probe = subprocess.run([sys.executable, str(role / "files/nvls_probe.py")], capture_output=True, text=True)
 found = json.loads((probe.stdout.strip().splitlines() or ["{}"])[-1])
-nvls = gpus > 2 and bool(found.get("multicast")) and all(found["multicast"])
-table = yaml.safe_load(open("ansible_collections/megaprov/cluster/roles/nccl/vars/main.yml", encoding="utf-8"))
-figures = next((v for k, v in (table.get("nccl_intranode_busbw_gbps") or {}).items() if k.upper() == model.upper()), {}) if gpus >= 8 else {}
-floor = (figures.get("nvls") if nvls else 0) or figures.get("ring") or 0  # as the nccl role: __nccl_min_busbw
-print(f"{floor} {'nvls' if nvls else 'ring'} {found.get('error') or found.get('multicast')}")
+facts = {"__nccl_gpus": gpus, "__nccl_nvls_probe": found, "megaprov_gpu_model": model, "ansible_local": {}}
+got = role_vars(role, ["__nccl_min_busbw", "__nccl_nvls"], **facts)
+print(f"{int(got['__nccl_min_busbw'])} {'nvls' if got['__nccl_nvls'] else 'ring'} {found.get('error') or found.get('multicast')}")
 PYTHON
   )
   read -r FLOOR_GBPS FLOOR_ALGO FLOOR_WHY <<<"${FLOOR:-0 ? ?}"

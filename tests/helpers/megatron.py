@@ -56,3 +56,24 @@ def parse_torchrun(argv: list[str] | tuple[str, ...]) -> Namespace:
     argv = list(argv)
     assert argv[1:3] == ["-m", "torch.distributed.run"], argv[:3]
     return torchrun_parser().parse_args(argv[3:])
+
+
+def as_the_refusals_fix_it(spec: Any, stack: Any) -> tuple[Any, list[str]]:
+    """The spec as the fixes of its refusals on nodes with ``stack`` leave it (render.stack_problems: sequence
+    parallelism off, a forced implementation dropped, a Hugging Face tokenizer replaced by the null one, whose files the
+    check has none of), and the paths of what was refused. Dropping a forced implementation can surface the next one."""
+    from megaprov.training import jobspec
+
+    refused: list[str] = []
+    for _ in range(3):
+        for problem in render.stack_problems(spec, stack):
+            refused.append(problem.path)
+            if problem.path == "parallel.sequence_parallel":
+                spec = spec.model_copy(update={"parallel": spec.parallel.model_copy(update={"sequence_parallel": False})})
+            elif problem.path == "data.tokenizer.type":
+                tokenizer = jobspec.Tokenizer(type="null", vocab_size=32000)
+                spec = spec.model_copy(update={"data": spec.data.model_copy(update={"tokenizer": tokenizer})})
+            else:
+                spec = spec.model_copy(update={"launch": spec.launch.model_copy(update={"extra_args": []})})
+    assert render.stack_problems(spec, stack) == [], "a refusal whose fix this helper does not know"
+    return spec, refused

@@ -14,6 +14,7 @@ from conftest import ROOT, podman_exec
 
 from megaprov.training import jobspec, nodefacts, render
 from tests.fixtures import upstream
+from tests.helpers.megatron import as_the_refusals_fix_it
 
 pytestmark = pytest.mark.lab
 
@@ -63,18 +64,7 @@ def test_an_example_job_parses_validates_and_builds_with_megatron_lms_code_on_a_
     container = lab["nodes"][1]["container"]
     stack = node_stack(container)
     spec = jobspec.load(JOBS / f"{name}.yml")
-    for _ in range(3):  # dropping a forced implementation can surface the next refusal
-        for problem in render.stack_problems(spec, stack):
-            # Refused before any host is contacted on these nodes (no Transformer Engine, no transformers); what the
-            # job keeps is checked as the refusal's fix leaves it.
-            if problem.path == "parallel.sequence_parallel":
-                spec = spec.model_copy(update={"parallel": spec.parallel.model_copy(update={"sequence_parallel": False})})
-            elif problem.path == "data.tokenizer.type":
-                tokenizer = jobspec.Tokenizer(type="null", vocab_size=32000)
-                spec = spec.model_copy(update={"data": spec.data.model_copy(update={"tokenizer": tokenizer})})
-            else:
-                spec = spec.model_copy(update={"launch": spec.launch.model_copy(update={"extra_args": []})})
-    assert render.stack_problems(spec, stack) == []
+    spec, _ = as_the_refusals_fix_it(spec, stack)  # what the job keeps on these nodes, as the refusals' fixes leave it
     world = spec.launch.nodes * spec.launch.gpus_per_node
     argv = render.megatron_args(spec, "/shared", stack)
     run = podman_exec(

@@ -16,7 +16,6 @@ check script gives that one import a stand-in on a CPU-only torch (GPU nodes hav
 GPU-generation query answers Hopper (9). MEGAPROV_UPSTREAM_REPORT=FILE writes the results as JSON.
 """
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -28,6 +27,7 @@ import pytest
 
 from megaprov.training import jobspec, nodefacts, render
 from tests.fixtures import upstream
+from tests.helpers.megatron import as_the_refusals_fix_it
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
@@ -85,17 +85,7 @@ def test_megatron_lm_parses_validates_and_builds_the_rendered_job(checkout, tmp_
     if problems:
         # Refused before any host is contacted; the fix the refusal names must then build.
         record(f"{name} / {stack_name}", {"refused": [p.message for p in problems], "fix": [p.fix for p in problems]})
-        left = problems
-        for _ in range(3):  # dropping a forced implementation can surface the next refusal
-            for problem in left:
-                if problem.path == "parallel.sequence_parallel":
-                    spec = spec.model_copy(update={"parallel": spec.parallel.model_copy(update={"sequence_parallel": False})})
-                elif problem.path == "data.tokenizer.type":  # the fix is on the nodes (transformers): as if it were made
-                    stack = dataclasses.replace(stack, transformers="4.57.1")
-                else:
-                    spec = spec.model_copy(update={"launch": spec.launch.model_copy(update={"extra_args": []})})
-            left = render.stack_problems(spec, stack)
-        assert left == []
+        spec, _ = as_the_refusals_fix_it(spec, stack)
     result = megatron(checkout, tmp_path, render.megatron_args(spec, "/shared", stack), world)
     record(f"{name} / {stack_name}" + (" (after the fix)" if problems else ""), result)
     assert result["parse"] is True and result["validate"] is True, result
