@@ -149,18 +149,18 @@ def main() -> int:
             # of every strategy happen after it.
             _, up = megaprov("lab", "up", "--nodes", str(count), "--name", lab)
             inventory = up["result"]["inventory"]
-            first, doc1 = megaprov("bootstrap", inventory, "--strategy", cold)
+            first, doc1 = megaprov("bootstrap", "-i", inventory, "--strategy", cold)
             record(f"bootstrap {count} node(s) {cold}: first run", first, f"changed={doc1['result']['changed']}")
             stages(doc1)
             if cold == firsts[-1]:
                 for _ in range(args.rounds):
                     for strategy in strategies:
-                        second, doc2 = megaprov("bootstrap", inventory, "--strategy", strategy)
+                        second, doc2 = megaprov("bootstrap", "-i", inventory, "--strategy", strategy)
                         record(f"bootstrap {count} node(s) {strategy}: re-run", second, f"changed={doc2['result']['changed']}")
                         detail(doc2)
                         rerun.setdefault((strategy, count), []).append(second)
                 if not args.no_verify:
-                    third, doc3 = megaprov("bootstrap", inventory, "--verify")
+                    third, doc3 = megaprov("bootstrap", "-i", inventory, "--verify")
                     record(f"bootstrap {count} node(s) linear: re-run --verify", third, f"changed={doc3['result']['changed']}")
             megaprov("lab", "down", "--name", lab)
 

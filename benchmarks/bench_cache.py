@@ -1,7 +1,7 @@
 """Bytes fetched from outside the cluster with the head's package cache, per node count (issue 17).
 
 For each LAB:N it starts the lab (`megaprov lab up --nodes N --name LAB`; the lab turns megaprov_package_cache on),
-runs `megaprov bootstrap INV --tags preflight,cache,base` (base installs the distribution packages on every node,
+runs `megaprov bootstrap -i INV --tags preflight,cache,base` (base installs the distribution packages on every node,
 through the head's apt-cacher-ng), then reads apt-cacher-ng's log on the head: an `I` line is what the cache fetched
 from the mirror (with the node whose request missed), an `O` line what it sent to a node. Without the cache every
 node fetches what it was sent, so the sum of `O` is what the same bootstrap would download from outside without it.
@@ -65,7 +65,7 @@ def main() -> None:
         name, _, count = spec.partition(":")
         _, up = megaprov("lab", "up", "--nodes", count, "--name", name)
         inventory = str(up["inventory"])
-        seconds, _ = megaprov("bootstrap", inventory, "--tags", "preflight,cache,base")
+        seconds, _ = megaprov("bootstrap", "-i", inventory, "--tags", "preflight,cache,base")
         t = tally(podman_exec(f"megaprov-{name}-node1", f"cat {LOG}"))
         without = sum(t.sent.values())
         rows.append((int(count), t, without, seconds))

@@ -43,14 +43,14 @@ def main() -> None:
         _, up = megaprov("lab", "up", "--nodes", str(args.nodes), "--name", LAB)
         inventory = up["inventory"]
         containers = [n["container"] for n in up["nodes"]]
-        megaprov("bootstrap", inventory, "--tags", "validate,preflight,base,ssh_mesh,storage,fabric")
+        megaprov("bootstrap", "-i", inventory, "--tags", "validate,preflight,base,ssh_mesh,storage,fabric")
         before = {c: rx_bytes(c) for c in containers}
         for label in ("first run", "re-run"):
-            seconds, result = megaprov("bootstrap", inventory, "--tags", "gpu,nccl,python")
+            seconds, result = megaprov("bootstrap", "-i", inventory, "--tags", "gpu,nccl,python")
             print(f"gpu + nccl + python stages on {args.nodes} nodes, {label}: {seconds:.1f} s, changed={result['changed']}")
             if label == "first run":
                 received = {c: rx_bytes(c) - before[c] for c in containers}
-        seconds, result = megaprov("bootstrap", inventory, "--tags", "gpu,nccl,python", "--check")
+        seconds, result = megaprov("bootstrap", "-i", inventory, "--tags", "gpu,nccl,python", "--check")
         print(f"gpu + nccl + python stages on {args.nodes} nodes, check mode after converge: {seconds:.1f} s, changed={result['changed']}")
         for host, line in sorted(result["gpu"].items()):
             print(f"gpu {host}: {line}")

@@ -2,7 +2,7 @@
 """Launch latency on a bootstrapped lab: from `megaprov train` (the process's own start) to the units started, to
 torchrun started on the first node and on every node, and on to the first iteration; the median of ROUNDS short jobs.
 
-    .venv/bin/megaprov lab up --nodes 2 --name bench && .venv/bin/megaprov bootstrap "$(.venv/bin/megaprov lab inventory --name bench)"
+    .venv/bin/megaprov lab up --nodes 2 --name bench && .venv/bin/megaprov bootstrap -i "$(.venv/bin/megaprov lab inventory --name bench)"
     .venv/bin/python benchmarks/bench_launch.py "$(.venv/bin/megaprov lab inventory --name bench)" [--rounds 3] [--checkout DIR]
 
 --checkout DIR times another checkout's megaprov (a `git worktree` of an earlier commit) on the same lab, for a

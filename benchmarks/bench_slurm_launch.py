@@ -1,7 +1,7 @@
 """Submit to first iteration: the Slurm launcher against the systemd launcher, on a bootstrapped lab (the lab's
 bootstrap brings Slurm up).
 
-    .venv/bin/megaprov lab up --nodes 2 --name bench && .venv/bin/megaprov bootstrap "$(.venv/bin/megaprov lab inventory --name bench)"
+    .venv/bin/megaprov lab up --nodes 2 --name bench && .venv/bin/megaprov bootstrap -i "$(.venv/bin/megaprov lab inventory --name bench)"
     .venv/bin/python benchmarks/bench_slurm_launch.py "$(.venv/bin/megaprov lab inventory --name bench)" [--rounds 2]
 
 lab-tiny (60 iterations, 2 nodes x 1 rank) with launch.launcher torchrun (systemd units) and slurm, alternately, each

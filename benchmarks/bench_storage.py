@@ -25,9 +25,9 @@ def main() -> None:
     try:
         _, up = megaprov("lab", "up", "--nodes", str(args.nodes), "--name", LAB)
         inventory = up["inventory"]
-        megaprov("bootstrap", inventory, "--tags", "validate,preflight,base,ssh_mesh")
+        megaprov("bootstrap", "-i", inventory, "--tags", "validate,preflight,base,ssh_mesh")
         for label in ("first run", "re-run"):
-            seconds, result = megaprov("bootstrap", inventory, "--tags", "storage,fabric")
+            seconds, result = megaprov("bootstrap", "-i", inventory, "--tags", "storage,fabric")
             print(f"storage + fabric on {args.nodes} nodes, {label}: {seconds:.1f} s, changed={result['changed']}")
         print(f"shared directory check: {sum(c['ok'] for c in result['shared'])}/{len(result['shared'])} reads identical")
         for host, fab in sorted(result["fabric"].items()):

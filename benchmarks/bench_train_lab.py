@@ -1,7 +1,7 @@
 """Training on a bootstrapped lab: launch time (linear against mitogen) and the time from a killed rank to the
 resumed iteration.
 
-    .venv/bin/megaprov lab up --nodes 2 --name bench && .venv/bin/megaprov bootstrap "$(.venv/bin/megaprov lab inventory --name bench)"
+    .venv/bin/megaprov lab up --nodes 2 --name bench && .venv/bin/megaprov bootstrap -i "$(.venv/bin/megaprov lab inventory --name bench)"
     .venv/bin/python benchmarks/bench_train_lab.py "$(.venv/bin/megaprov lab inventory --name bench)" [--rounds 2]
 
 Figures, from the jobs' own reports and logs:

@@ -16,7 +16,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-JSON_SCHEMA_VERSION = 1
+# The envelope's version (schemas/envelope-v2.json): 2 made errors objects (code, kind, message, fix, file, line, field)
+# and ``command`` the full subcommand path.
+JSON_SCHEMA_VERSION = 2
 
 
 def console(stderr: bool = False) -> Console:
@@ -38,10 +40,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def envelope(command: str, ok: bool, result: Any, error: str | None = None) -> str:
+def envelope(command: str, ok: bool, result: Any, errors: list[dict[str, Any]] | None = None) -> str:
+    """The one JSON document a command prints with ``-o json``: ``error`` is the first error object, ``errors`` all."""
     doc: dict[str, Any] = {"megaprov": JSON_SCHEMA_VERSION, "command": command, "ok": ok, "result": _plain(result)}
-    if error is not None:
-        doc["error"] = error
+    if errors:
+        doc["error"] = errors[0]
+        doc["errors"] = errors
     return json.dumps(doc, indent=2, sort_keys=False)
 
 

@@ -11,10 +11,10 @@ LAB=${MEGAPROV_LAB_NAME:-default}
 .venv/bin/megaprov lab up --nodes "$NODES" --name "$LAB"
 # The lab's inventory lives in megaprov's state directory ($XDG_STATE_HOME/megaprov/lab/NAME, or $MEGAPROV_STATE).
 INVENTORY=$(.venv/bin/megaprov lab inventory --name "$LAB")
-.venv/bin/megaprov bootstrap "$INVENTORY"
+.venv/bin/megaprov bootstrap -i "$INVENTORY"
 CORPUS="$(dirname "$INVENTORY")/corpus.jsonl"
 .venv/bin/megaprov data corpus --output-file "$CORPUS" --documents 2000
 .venv/bin/megaprov data prepare --input "$CORPUS" --output-prefix data/lab --tokenizer byte -i "$INVENTORY"
 # A new name per run: a finished job keeps its directory, and `megaprov train --resume NAME` would continue it.
-.venv/bin/megaprov train --job examples/jobs/lab-tiny.yml -i "$INVENTORY" --name "lab-tiny-$(date +%Y%m%d-%H%M%S)"
+.venv/bin/megaprov train -f examples/jobs/lab-tiny.yml -i "$INVENTORY" --name "lab-tiny-$(date +%Y%m%d-%H%M%S)"
 echo "run-lab: trained on the lab; list jobs with .venv/bin/megaprov jobs, remove the lab with .venv/bin/megaprov lab down --name $LAB"

@@ -1,6 +1,6 @@
 """The offline bundle: what an inventory's bootstrap fetches from outside the cluster, in one directory.
 
-``megaprov bundle build -i INV --output DIR`` on a connected machine fills::
+``megaprov bundle build -i INV --dir DIR`` on a connected machine fills::
 
     DIR/manifest.json   format, created, megaprov, distribution, arch, python, files (sha256, size), versions
     DIR/apt/            *.deb + Packages.gz: a flat repository (deb [trusted=yes] http://HEAD/bundle/apt ./)
@@ -67,7 +67,7 @@ class BundleError(UsageError):
     """A bundle that does not match its manifest or the inventory; nothing was applied."""
 
 
-REBUILD = "rebuild it with `megaprov bundle build -i INVENTORY --output DIR` on a connected machine"
+REBUILD = "rebuild it with `megaprov bundle build -i INVENTORY --dir DIR` on a connected machine"
 
 
 # ---- the target: distributions a bundle can be built for
@@ -473,9 +473,9 @@ def read_manifest(directory: Path) -> Manifest:
     where = f"{directory}/{MANIFEST}"
     path = directory / MANIFEST
     if not directory.is_dir():
-        raise BundleError(f"bundle {directory}: no such directory", "give the directory `megaprov bundle build --output` wrote")
+        raise BundleError(f"bundle {directory}: no such directory", "give the directory `megaprov bundle build --dir` wrote")
     if path.is_symlink() or not path.is_file():
-        raise BundleError(f"{where}: missing or not a plain file", "give the directory `megaprov bundle build --output` wrote")
+        raise BundleError(f"{where}: missing or not a plain file", "give the directory `megaprov bundle build --dir` wrote")
     text = values.decode_utf8(values.read_bytes(path, "bundle manifest", MAX_MANIFEST_BYTES), where)
     return parse_manifest(text, where)
 
@@ -861,9 +861,9 @@ def manifest_json(manifest: Manifest) -> str:
 
 def _output_dir(output: Path) -> None:
     if output.is_symlink() or (output.exists() and (not output.is_dir() or any(output.iterdir()))):
-        raise UsageError(f"--output {output} exists and is not an empty directory", "give a new directory (a bundle is never written over another)")
+        raise UsageError(f"--dir {output} exists and is not an empty directory", "give a new directory (a bundle is never written over another)")
     if not output.parent.is_dir():
-        raise UsageError(f"--output {output}: {output.parent} does not exist", "create the parent directory first")
+        raise UsageError(f"--dir {output}: {output.parent} does not exist", "create the parent directory first")
 
 
 def collect(

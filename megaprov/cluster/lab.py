@@ -114,6 +114,8 @@ def image_tag() -> str:
 
 
 def _image_exists(ref: str) -> bool:
+    if shutil.which("podman") is None:
+        raise EnvironmentProblem("podman is not installed", "run scripts/setup.sh (apt-get install podman runc netavark aardvark-dns)")
     return subprocess.run(["podman", "image", "exists", ref], env=podman_env(), check=False).returncode == 0
 
 

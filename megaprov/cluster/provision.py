@@ -97,7 +97,12 @@ def check_limit(limit: str, inventory: inv.Inventory) -> None:
 def check_tags(flag: str, tags: tuple[str, ...]) -> None:
     for tag in tags:
         if tag not in KNOWN_TAGS:
-            raise UsageError(f"{flag} {tag!r} is not a stage or role", "use one of: " + ", ".join(sorted(KNOWN_TAGS - {"all", "never", "always"})))
+            from megaprov.commands.base import close
+
+            guess = close(tag, KNOWN_TAGS - {"never", "always"})
+            stages = ", ".join(tag for tag, _ in STAGES)
+            hint = f"did you mean {guess!r}? (stages: {stages}; roles are tags too)" if guess else f"use a stage ({stages}) or a role's name"
+            raise UsageError(f"{flag} {tag!r} is not a stage or role", hint)
 
 
 def prepare(request: Request, playbook: str, label: str) -> tuple[runner.RunSpec, inv.Inventory]:

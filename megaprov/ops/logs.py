@@ -11,7 +11,7 @@ from typing import Any
 from megaprov import paths
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import runner
-from megaprov.errors import EnvironmentProblem, UsageError
+from megaprov.errors import HostsUnreachable, RunFailed, UsageError
 from megaprov.output import RunProgress
 from megaprov.paths import fact_cache_dir, state_dir
 
@@ -67,7 +67,7 @@ def build(found: inv.Inventory, node: str | None, since: str | None, grep: str |
     if not inv.as_bool(found.host_var(found.head, "megaprov_observe", False)):
         raise UsageError(
             f"the observe stage is off in {found.path}: no journals are kept on the head",
-            "set megaprov_observe: true and run `megaprov bootstrap INVENTORY --tags observe`",
+            "set megaprov_observe: true and run `megaprov bootstrap -i INVENTORY --tags observe`",
         )
     host = str(found.host_var(found.head, "central_logs_host", found.head))
     if host not in found.hosts:
@@ -91,6 +91,8 @@ def read(inventory_path: str, query: Query, quiet: bool) -> list[str]:
         progress.stop()
     if not result.ok:
         why = result.failures[0].message if result.failures else result.error_line or result.status
-        raise EnvironmentProblem(f"logs: the journals on {query.host} could not be read: {why}", f"see {result.artifacts}/stdout")
+        if any(f.unreachable for f in result.failures):
+            raise HostsUnreachable(f"logs: the head {query.host} is unreachable: {why}", "check that it runs and answers SSH")
+        raise RunFailed(f"logs: the journals on {query.host} could not be read: {why}", f"see {result.artifacts}/stdout")
     text = "".join(str(t.res.get("stdout", "")) for t in result.results)[:MAX_OUTPUT]
     return [line for line in text.splitlines() if line and line != "-- No entries --"]

@@ -5,16 +5,22 @@ one HTTP call is bounded in time and size."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import shlex
+import socket
+import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from megaprov.cluster import inventory as inv
-from megaprov.errors import EnvironmentProblem, UsageError
+from megaprov.errors import HostsUnreachable, RunFailed, UsageError
 
 TIMEOUT = 5.0
 MAX_BODY = 8 * 1024 * 1024
@@ -168,11 +174,83 @@ def prometheus_url(found: inv.Inventory, override: str | None) -> str:
     if not inv.as_bool(found.host_var(found.head, "megaprov_observe", False)):
         raise UsageError(
             f"the observe stage is off in {found.path}: there is no Prometheus to read",
-            "set megaprov_observe: true and run `megaprov bootstrap INVENTORY --tags observe`, or pass --url",
+            "set megaprov_observe: true and run `megaprov bootstrap -i INVENTORY --tags observe`, or pass --url",
         )
-    host = str(found.host_var(found.head, "prometheus_listen_address", "") or found.host_var(found.head, "ansible_host", found.head))
-    port = int(found.host_var(found.head, "prometheus_port", 9090))
+    host, port = _listen(found)
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _listen(found: inv.Inventory) -> tuple[str, int]:
+    host = str(found.host_var(found.head, "prometheus_listen_address", "") or found.host_var(found.head, "ansible_host", found.head))
+    return host, int(found.host_var(found.head, "prometheus_port", 9090))
+
+
+def answers(host: str, port: int, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to host:port opens (Prometheus listens on the cluster network only)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def tunnel_argv(found: inv.Inventory, local_port: int, host: str, port: int) -> list[str]:
+    """ssh to the head with the inventory's connection settings (user, port, key, its options: host keys stay
+    pinned as Ansible pins them), forwarding a local port to Prometheus. Pure."""
+    head = found.head
+    argv = ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+    argv += ["-L", f"127.0.0.1:{local_port}:{host}:{port}"]
+    for var, flag in (("ansible_port", "-p"), ("ansible_user", "-l"), ("ansible_ssh_private_key_file", "-i")):
+        value = found.host_var(head, var)
+        if value not in (None, ""):
+            argv += [flag, str(value)]
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        argv += shlex.split(str(found.host_var(head, var, "") or ""))
+    return [*argv, "--", str(found.host_var(head, "ansible_host", head))]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def prometheus(found: inv.Inventory, override: str | None, say: Callable[[str], None] | None = None) -> Iterator[str]:
+    """Prometheus's URL for the life of the block: --url, the head's address where it answers, else an SSH tunnel
+    to the head that this opens and closes (a laptop outside the cluster network reaches it so)."""
+    url = prometheus_url(found, override)
+    if override:
+        yield url
+        return
+    host, port = _listen(found)
+    if answers(host, port):
+        yield url
+        return
+    local = _free_port()
+    argv = tunnel_argv(found, local, host, port)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: S603 (argv, no shell)
+    try:
+        deadline = time.monotonic() + 20
+        while not answers("127.0.0.1", local, timeout=1.0):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                said = (proc.stderr.read(2000) if proc.poll() is not None and proc.stderr else b"").decode(errors="replace").strip()
+                raise HostsUnreachable(
+                    f"top: Prometheus at {host}:{port} does not answer here, and an SSH tunnel to the head {found.head} did not open"
+                    + (f" ({said.splitlines()[-1][:200]})" if said else ""),
+                    "check that the head answers SSH with the inventory's settings, or pass --url",
+                )
+            time.sleep(0.2)
+        if say:
+            say(f"Prometheus at {host}:{port} through an SSH tunnel to {found.head} (127.0.0.1:{local})")
+        yield f"http://127.0.0.1:{local}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def ask(url: str, expr: str) -> list[dict[str, Any]]:
@@ -183,19 +261,18 @@ def ask(url: str, expr: str) -> list[dict[str, Any]]:
             body = response.read(MAX_BODY + 1)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise EnvironmentProblem(
+        raise HostsUnreachable(
             f"top: Prometheus at {url} does not answer ({reason})",
-            "it listens on the cluster network only: run this where that network is reachable, or tunnel it "
-            "(ssh -L 9090:HEAD_ADDRESS:9090 HEAD) and pass --url http://localhost:9090",
+            "check that the observe stage ran (`megaprov bootstrap -i INVENTORY --tags observe`) and Prometheus runs on the head",
         ) from None
     if len(body) > MAX_BODY:
-        raise EnvironmentProblem(f"top: Prometheus at {url} answered more than {MAX_BODY} bytes for {expr}", "this is not megaprov's Prometheus")
+        raise RunFailed(f"top: Prometheus at {url} answered more than {MAX_BODY} bytes for {expr}", "this is not megaprov's Prometheus")
     try:
         doc = json.loads(body)
     except ValueError:
-        raise EnvironmentProblem(f"top: {url} does not answer as Prometheus does (not JSON)", "pass --url with Prometheus's address") from None
+        raise RunFailed(f"top: {url} does not answer as Prometheus does (not JSON)", "pass --url with Prometheus's address") from None
     if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data", {}).get("result"), list):
-        raise EnvironmentProblem(f"top: Prometheus at {url} refused {expr}: {str(doc)[:200]}", "check its version (2.x) and --url")
+        raise RunFailed(f"top: Prometheus at {url} refused {expr}: {str(doc)[:200]}", "check its version (2.x) and --url")
     return list(doc["data"]["result"])
 
 

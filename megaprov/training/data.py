@@ -434,9 +434,10 @@ def synthetic_corpus(path: Path, documents: int, seed: int = 1234) -> int:
     text = "\n".join(lines) + "\n"
     if path.is_dir():
         raise DataError(f"--output-file {path} is a directory", "give a file name, e.g. corpus.jsonl")
+    if not path.parent.is_dir():  # as data prepare: a typo in a path does not make directories (as root)
+        raise DataError(f"--output-file {path}: {path.parent} does not exist", "create the directory first, or fix the path")
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(text)
         tmp.replace(path)
     except OSError as exc:

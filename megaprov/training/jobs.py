@@ -25,7 +25,7 @@ from typing import Any
 from megaprov import paths, values
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import runner
-from megaprov.errors import EnvironmentProblem, ExitCode, MegaprovError, UsageError
+from megaprov.errors import EnvironmentProblem, ExitCode, HostsUnreachable, MegaprovError, UsageError
 from megaprov.output import RunProgress
 from megaprov.owner import as_owner_of
 from megaprov.paths import PACKAGE_DIR, fact_cache_dir, state_dir
@@ -208,11 +208,9 @@ def _failure(result: runner.RunResult, what: str) -> MegaprovError:
         return JobFailed(f"{what}: {result.error_line or f'ansible-playbook ended with status {result.status}'}", f"see {result.artifacts}/stdout")
     down = sorted({f.host for f in result.failures if f.unreachable})
     if down:
-        error: MegaprovError = EnvironmentProblem(
+        return HostsUnreachable(
             f"{what}: node(s) {', '.join(down)} unreachable ({result.failures[0].message})", "check that they run and answer SSH; nothing was started"
         )
-        error.exit_code = ExitCode.UNREACHABLE
-        return error
     first = result.failures[0]
     if first.usage or first.task.startswith("Refuse"):  # the job's own settings: a usage error
         return UsageError(f"{what}: {first.message}")
@@ -439,6 +437,56 @@ def node_log(job: Job, node: str | None, lines: int, pattern: re.Pattern[str] | 
     path = job.local_dir / "logs" / f"{host}.log"
     text = path.read_text(errors="replace").splitlines() if path.is_file() else []
     return host, [line for line in text if pattern is None or pattern.search(line)][-lines:]
+
+
+def job_state(job: Job) -> str:
+    """The state job.json records (checked: the cluster user can write it)."""
+    return jobmeta.load(job.local_dir / "job.json", job.name).state
+
+
+FOLLOW_POLL = 1.0  # seconds between looks at a followed log
+MAX_FOLLOW_LINE = 64 * 1024  # a line without an end this long is printed as it is
+
+
+def follow_log(job: Job, node: str | None, lines: int, emit: Callable[[str], None], poll: float = FOLLOW_POLL) -> str:
+    """`job logs -f`: the node's last ``lines`` lines, then each new line as it is written, until the job is over
+    (job.json says so, or the node's torchrun exited after the last iteration) or the operator presses Ctrl-C."""
+    host, last = node_log(job, node, lines)
+    for line in last:
+        emit(values.printable(line))
+    path = job.local_dir / "logs" / f"{host}.log"
+    offset = path.stat().st_size if path.is_file() else 0
+    pending = b""
+    spec = None
+    try:
+        while True:
+            if path.is_file():
+                with path.open("rb") as handle:
+                    if path.stat().st_size < offset:  # truncated or replaced: from its start
+                        offset = 0
+                    handle.seek(offset)
+                    chunk = handle.read(1 << 20)
+                offset += len(chunk)
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                if len(pending) > MAX_FOLLOW_LINE:
+                    complete, pending = [*complete, pending], b""
+                for raw in complete:
+                    emit(values.printable(raw.decode("utf-8", errors="replace")))
+                if chunk:
+                    continue
+            if job_state(job) not in ("starting", "running", "submitted"):
+                return host
+            if spec is None:
+                from megaprov.training import launch
+
+                spec, _ = launch.read(str(job.local_dir / "spec.yml"))
+            log = read_log(job, spec.model.seq_length, spec.train.log_interval)
+            if log.node_state(host) == "exited-0" and log.total and log.furthest >= log.total:
+                return host
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        return host
 
 
 def set_state(job: Job, state: str, **extra: Any) -> None:

@@ -294,6 +294,14 @@ class JobSpecError(UsageError):
         super().__init__(lines[0])
         self.details = lines[1:]
 
+    def objects(self) -> list[dict[str, Any]]:
+        """One error object per problem, with the spec's field (model.num_layers), file and line."""
+        from megaprov.errors import error_object
+
+        return [
+            error_object(self.exit_code, p.message, p.fix or None, field=p.path or None, file=self.source or None, line=p.line) for p in self.problems
+        ]
+
 
 _BARE = re.compile(r"^[A-Za-z0-9._/+-]{1,60}$")
 

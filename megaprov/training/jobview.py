@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from megaprov.errors import UsageError
 from megaprov.output import console
 from megaprov.training.planner import GIB, Candidate, Plan
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from megaprov.training.data import PrepareResult, Progress
     from megaprov.training.jobs import Job
     from megaprov.training.jobs import Progress as TrainProgress
@@ -65,6 +65,9 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
             "peak_tflops_per_rank": plan.peak.tflops if plan.peak else None,
             "peak_source": plan.peak.source if plan.peak else None,
             "peak": plan.peak.text if plan.peak else None,
+            "iterations": plan.iterations,
+            "run_seconds": round(plan.run_seconds, 1),
+            "gpu_hours": round(plan.gpu_hours, 1),
         },
         "measured_rates": {
             r.host: {"tflops_per_device": r.tflops_per_device, "dtype": r.dtype, "backend": r.backend, "measured_at": r.measured_at}
@@ -73,6 +76,17 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "fixes": [{"field": f.field, "value": f.value, "memory_gib": round(f.memory_gib, 3)} for f in plan.fixes],
         "warnings": list(plan.warnings),
     }
+
+
+def duration(seconds: float) -> str:
+    """A run's length as an operator reads it: 45 s, 12 min, 3.2 h, 57 days."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def render_plan(plan: Plan) -> None:
@@ -105,6 +119,7 @@ def render_plan(plan: Plan) -> None:
         verdict = f"{'fits' if plan.fits else 'DOES NOT FIT'}: {m.total / GIB:.1f} of {m.capacity / GIB:.1f} GiB"
     table.add_row("verdict", verdict)
     table.add_row("estimate", f"MFU {100 * plan.mfu_assumed:.1f} %, {plan.step_seconds:.3g} s per iteration, {_si(plan.tokens_per_second)} tokens/s")
+    table.add_row("run", f"{plan.iterations:,} iterations: {duration(plan.run_seconds)}, {plan.gpu_hours:,.0f} GPU-hours (training steps only)")
     if plan.peak:
         table.add_row("rate behind it", plan.peak.text)
     out.print(table)
@@ -165,19 +180,53 @@ def render_suggest(found: list[Candidate], seconds: float) -> None:
         out.print("no layout fits: use more GPUs, a GPU with more memory, or a smaller model / sequence", markup=False)
 
 
-def render_dry_run(rendered: Rendered) -> None:
+def render_dry_run(rendered: Rendered, hosts: list[str] | None = None) -> None:
+    """The launch `train --dry-run` shows: ``hosts``' scripts (default: every node's), the Slurm batch script."""
     out = console()
-    out.print(f"# job {rendered.job}: job directory {rendered.job_dir}, checkpoints {rendered.checkpoint_dir}", markup=False)
+    out.print(f"\n# job {rendered.job}: job directory {rendered.job_dir}, checkpoints {rendered.checkpoint_dir}", markup=False)
     if rendered.slurm_node:  # launcher slurm: one node script for whatever nodes Slurm allocates
         out.print("\n# ---- launch/slurm-node.sh (srun runs it on every node of the allocation)", markup=False)
         out.print(rendered.slurm_node, markup=False, end="")
     else:
-        for node in rendered.nodes:
+        chosen = [n for n in rendered.nodes if hosts is None or n.host in hosts]
+        for node in chosen:
             out.print(f"\n# ---- {node.host} (node rank {node.node_rank})", markup=False)
             out.print(node.script, markup=False, end="")
+        if len(chosen) < len(rendered.nodes):
+            out.print(
+                f"\n# ({len(rendered.nodes) - len(chosen)} more node(s) differ in their node rank: --all-nodes shows them, --dir DIR writes them)",
+                markup=False,
+            )
     if rendered.sbatch:
         out.print("\n# ---- launch/job.sbatch (submitted on the Slurm controller)", markup=False)
         out.print(rendered.sbatch, markup=False, end="")
+
+
+def write_dry_run(directory: Path, plan: dict[str, Any], rendered: Rendered) -> list[Path]:
+    """`train --dry-run --dir DIR`: plan.json and every launch file into a new directory (never over another)."""
+    import json
+    import os
+
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise UsageError(f"--dir {directory} exists and is not empty", "give a new directory")
+    if not directory.parent.is_dir():
+        raise UsageError(f"--dir {directory}: {directory.parent} does not exist", "create the parent directory first")
+    files = {"plan.json": json.dumps(plan, indent=2) + "\n", "megatron-args.txt": "\n".join(rendered.megatron_args) + "\n"}
+    if rendered.slurm_node:
+        files["launch/slurm-node.sh"] = rendered.slurm_node
+    else:
+        files.update({f"launch/{n.host}.sh": n.script for n in rendered.nodes})
+    if rendered.sbatch:
+        files["launch/job.sbatch"] = rendered.sbatch
+    (directory / "launch").mkdir(parents=True, mode=0o755)
+    written = []
+    for relative, text in files.items():
+        target = directory / relative
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755 if relative.endswith(".sh") else 0o644)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        written.append(target)
+    return written
 
 
 def progress_line(p: Progress) -> str:

@@ -25,6 +25,7 @@ Sources of the formulas (read, re-derived, not copied):
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
@@ -50,6 +51,7 @@ class Gpu:
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
+        Gpu("GB200", 184.0, 2500.0, 1250.0),
         Gpu("B200", 179.0, 2250.0, 1100.0),
         Gpu("H200", 139.8, 989.0, 494.0),
         Gpu("H100-SXM", 79.6, 989.0, 494.0),
@@ -59,11 +61,28 @@ GPUS: dict[str, Gpu] = {
         Gpu("A100-40GB", 39.4, 312.0, 156.0),
         Gpu("L40S", 44.4, 362.0, 183.0, nvlink=False),
         Gpu("A10", 22.0, 125.0, 62.5, nvlink=False),
+        # Volta: FP16 tensor cores (no BF16, no TF32: fp32 runs on the CUDA cores); the 32 GB SXM2 board.
+        Gpu("V100", 31.7, 125.0, 15.7),
         # The CPU lab: one process per node, no memory verdict, a nominal peak so that step times print.
         Gpu("cpu", 0.0, 0.2, 0.1, nvlink=False),
     )
 }
 GPU_ALIASES = {"h100": "H100-SXM", "h100-80gb": "H100-SXM", "h200": "H200", "a100": "A100-80GB", "b200": "B200", "l40s": "L40S", "a10": "A10"}
+# The names nvidia-smi prints (--query-gpu=name), lower case without "NVIDIA "/"Tesla ", to megaprov's: the first
+# pattern that matches wins (GH200 before H200, GB200 before B200, the 40 GB A100 before the 80 GB one).
+NVIDIA_SMI_NAMES: tuple[tuple[str, str], ...] = (
+    (r"gh200\b", "GH200"),
+    (r"gb200\b", "GB200"),
+    (r"b200\b", "B200"),
+    (r"h200\b", "H200"),
+    (r"h100\b.*\bpcie\b", "H100-PCIe"),
+    (r"h100\b", "H100-SXM"),  # "H100 80GB HBM3", "H100-SXM5-80GB"
+    (r"a100\b.*\b40\s?gb\b", "A100-40GB"),  # "A100-SXM4-40GB", "A100-PCIE-40GB"
+    (r"a100\b", "A100-80GB"),  # "A100-SXM4-80GB", "A100 80GB PCIe"
+    (r"l40s\b", "L40S"),
+    (r"a10\b", "A10"),
+    (r"v100s?\b", "V100"),  # "V100-SXM2-32GB"
+)
 # MFU a well-tuned dense GPT reaches with Megatron-LM on large GEMMs (the assumption behind expected step
 # times); each layout's estimate scales it down for communication, the pipeline bubble and small GEMMs.
 # Against a measured rate the same figure applies: a dense GEMM of the measurement's size runs near the peak.
@@ -132,7 +151,10 @@ def gpu_named(name: str) -> Gpu | None:
         if known.lower() == key:
             return GPUS[known]
     alias = GPU_ALIASES.get(key)
-    return GPUS[alias] if alias else None
+    if alias:
+        return GPUS[alias]
+    smi = re.sub(r"^(nvidia|tesla)\s+", "", key.strip())
+    return next((GPUS[ours] for pattern, ours in NVIDIA_SMI_NAMES if re.match(pattern, smi)), None)
 
 
 @dataclass(frozen=True)
@@ -227,10 +249,20 @@ class Plan:
     warnings: tuple[str, ...] = ()
     peak: Peak | None = None  # the per-rank rate behind step_seconds (measured, or the published peak)
     rates: tuple[NodeRate, ...] = ()  # the measured rates of the job's nodes
+    iterations: int = 0  # the spec's train.train_iters
 
     @property
     def fits(self) -> bool | None:
         return self.memory.fits
+
+    @property
+    def run_seconds(self) -> float:
+        """The estimated wall time of the run's iterations (start-up, evaluation and checkpoints not counted)."""
+        return self.iterations * self.step_seconds
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.run_seconds * self.world / 3600
 
 
 @dataclass(frozen=True)
@@ -776,6 +808,7 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> Plan:
         warnings=tuple(warnings),
         peak=rank_peak(spec=spec, cluster=cluster),
         rates=job_rates(cluster),
+        iterations=spec.train.train_iters,
     )
 
 

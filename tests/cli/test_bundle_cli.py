@@ -32,13 +32,13 @@ def one_error_line(err: str) -> str:
     ("argv", "needle"),
     [
         (["bundle"], "megaprov bundle: missing ACTION"),
-        (["bundle", "build", "--output", "DIR"], "the following arguments are required: -i/--inventory"),
-        (["bundle", "build", "-i", "INV"], "the following arguments are required: --output"),
+        (["bundle", "build", "--dir", "DIR"], "megaprov bundle build needs -i INVENTORY"),
+        (["bundle", "build", "-i", "INV"], "megaprov bundle build needs --dir DIR"),
         (
-            ["bundle", "build", "-i", "INV", "--output", "DIR", "--distribution", "centos-7"],
+            ["bundle", "build", "-i", "INV", "--dir", "DIR", "--distribution", "centos-7"],
             "--distribution 'centos-7' is not one a bundle can be built for",
         ),
-        (["bundle", "build", "-i", "INV", "--output", "DIR", "--format", "xml"], "argument --format: invalid choice: 'xml'"),
+        (["bundle", "build", "-i", "INV", "--dir", "DIR", "-o", "xml"], "argument -o/--output: invalid choice: 'xml'"),
         (["bundle", "verify"], "the following arguments are required: DIR"),
         (["bundle", "verify", "/nonexistent/bundle"], "bundle /nonexistent/bundle: no such directory"),
     ],
@@ -56,15 +56,15 @@ def test_build_refuses_an_output_that_holds_something_before_resolving(capsys, t
     (tmp_path / "inventory.ini").write_text(GOOD)
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "manifest.json").write_text("{}")
-    code, _, err = run(capsys, "bundle", "build", "-i", tmp_path / "inventory.ini", "--output", tmp_path / "old")
+    code, _, err = run(capsys, "bundle", "build", "-i", tmp_path / "inventory.ini", "--dir", tmp_path / "old")
     assert code == ExitCode.USAGE
-    assert "--output" in one_error_line(err) and "exists and is not an empty directory" in err
+    assert "--dir" in one_error_line(err) and "exists and is not an empty directory" in err
     assert not (tmp_path / "state").exists()  # nothing was run
 
 
 def test_build_refuses_a_bad_inventory_in_one_line(capsys, tmp_path):
     (tmp_path / "inventory.ini").write_text("[head]\nn1\n")
-    code, _, err = run(capsys, "bundle", "build", "-i", tmp_path / "inventory.ini", "--output", tmp_path / "new")
+    code, _, err = run(capsys, "bundle", "build", "-i", tmp_path / "inventory.ini", "--dir", tmp_path / "new")
     assert code == ExitCode.USAGE and "gpu_nodes" in one_error_line(err)
     assert not (tmp_path / "new").exists()
 
@@ -87,7 +87,7 @@ def test_verify_a_tampered_bundle_exits_2_with_one_line_per_problem(capsys, tmp_
     assert "wheels/six-1.17.0-py2.py3-none-any.whl: sha256 differs from the manifest's" in one_error_line(err)
     code, out, err = run(capsys, "bundle", "verify", directory, "--output", "json")
     doc = json.loads(out)
-    assert code == ExitCode.USAGE and doc["ok"] is False and "sha256 differs" in doc["error"]
+    assert code == ExitCode.USAGE and doc["ok"] is False and "sha256 differs" in doc["error"]["message"] and doc["error"]["kind"] == "usage"
 
 
 def test_verify_a_path_escape_in_the_manifest(capsys, tmp_path):
@@ -104,7 +104,7 @@ def test_bootstrap_with_a_bundle_for_other_versions_is_refused_before_anything_r
     naming the first variable, then the others (20 lines at most); no bootstrap run is started."""
     monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
     directory = fake_bundle(tmp_path / "b")
-    code, _, err = run(capsys, "bootstrap", ROOT / "inventories" / "example" / "inventory.ini", "--bundle", directory)
+    code, _, err = run(capsys, "bootstrap", "-i", ROOT / "inventories" / "example" / "inventory.ini", "--bundle", directory)
     assert code == ExitCode.USAGE
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err and lines[0].startswith(f"megaprov: error: bundle {directory} does not match ")
@@ -119,6 +119,6 @@ def test_bootstrap_with_a_tampered_bundle_is_refused_without_resolving(capsys, t
     monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
     directory = fake_bundle(tmp_path / "b")
     (directory / "apt" / "Packages.gz").unlink()
-    code, _, err = run(capsys, "bootstrap", ROOT / "inventories" / "example" / "inventory.ini", "--bundle", directory)
+    code, _, err = run(capsys, "bootstrap", "-i", ROOT / "inventories" / "example" / "inventory.ini", "--bundle", directory)
     assert code == ExitCode.USAGE and "apt/Packages.gz: listed in the manifest but missing" in one_error_line(err)
     assert not (tmp_path / "state").exists()

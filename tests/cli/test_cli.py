@@ -52,7 +52,7 @@ def one_error_line(err):
     ],
 )
 def test_bad_inventories_exit_2_with_one_line(capsys, tmp_path, text, all_vars, needle):
-    code, out, err = run(capsys, "bootstrap", inventory(tmp_path, text, all_vars))
+    code, out, err = run(capsys, "bootstrap", "-i", inventory(tmp_path, text, all_vars))
     assert code == ExitCode.USAGE
     line = one_error_line(err)
     assert line.startswith("megaprov: error: ") and needle in line
@@ -60,7 +60,7 @@ def test_bad_inventories_exit_2_with_one_line(capsys, tmp_path, text, all_vars, 
 
 def test_validation_happens_before_any_run_directory(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
-    code, _, _ = run(capsys, "bootstrap", inventory(tmp_path, "[head]\nn1\n"))
+    code, _, _ = run(capsys, "bootstrap", "-i", inventory(tmp_path, "[head]\nn1\n"))
     assert code == ExitCode.USAGE
     assert not (tmp_path / "state").exists()
 
@@ -69,22 +69,22 @@ def test_validation_happens_before_any_run_directory(capsys, tmp_path, monkeypat
     ("argv", "needle"),
     [
         (["bootstrap", "--frobnicate", "x.ini"], "unrecognized arguments: --frobnicate"),
-        (["bootstrap"], "the following arguments are required: inventory"),
-        (["bootstrap", "INV", "--forks", "0"], "argument --forks: 0 must be at least 1"),
-        (["bootstrap", "INV", "--tags", "ncclx"], "--tags 'ncclx' is not a stage or role"),
-        (["bootstrap", "INV", "--skip-tags", "bogus"], "--skip-tags 'bogus' is not a stage or role"),
-        (["bootstrap", "INV", "--limit", "node9"], "--limit node9: 'node9' is neither a host nor a group"),
-        (["bootstrap", "INV", "-e", "novalue"], "-e 'novalue' is not KEY=VALUE"),
-        (["bootstrap", "INV", "-e", "megaprov_gpus_per_node=eight"], "-e: megaprov_gpus_per_node='eight' must be a whole number"),
-        (["bootstrap", "INV", "-e", "@/nonexistent.yml"], "file /nonexistent.yml does not exist"),
-        (["bootstrap", "INV", "--strategy", "fast"], "argument --strategy: invalid choice: 'fast'"),
-        (["preflight", "INV", "--output", "xml"], "argument --output: invalid choice: 'xml'"),
+        (["bootstrap"], "megaprov bootstrap needs -i INVENTORY"),
+        (["bootstrap", "-i", "INV", "--forks", "0"], "argument --forks: 0 must be at least 1"),
+        (["bootstrap", "-i", "INV", "--tags", "ncclx"], "--tags 'ncclx' is not a stage or role"),
+        (["bootstrap", "-i", "INV", "--skip-tags", "bogus"], "--skip-tags 'bogus' is not a stage or role"),
+        (["bootstrap", "-i", "INV", "--limit", "node9"], "--limit node9: 'node9' is neither a host nor a group"),
+        (["bootstrap", "-i", "INV", "-e", "novalue"], "-e 'novalue' is not KEY=VALUE"),
+        (["bootstrap", "-i", "INV", "-e", "megaprov_gpus_per_node=eight"], "-e: megaprov_gpus_per_node='eight' must be a whole number"),
+        (["bootstrap", "-i", "INV", "-e", "@/nonexistent.yml"], "file /nonexistent.yml does not exist"),
+        (["bootstrap", "-i", "INV", "--strategy", "fast"], "argument --strategy: invalid choice: 'fast'"),
+        (["preflight", "-i", "INV", "--output", "xml"], "argument -o/--output: invalid choice: 'xml'"),
         (["lab", "up", "--nodes", "0"], "argument --nodes: 0 must be at least 1"),
         (["lab", "up", "--nodes", "99"], "--nodes 99 is out of range"),
         (["lab", "up", "--name", "Bad_Name"], "is not a valid lab name"),
         (["lab"], "missing ACTION"),
         (["traim"], "invalid choice: 'traim'"),
-        (["train"], "megaprov train needs --job JOB.yml"),
+        (["train"], "megaprov train needs -f JOB.yml"),
         (["job"], "missing ACTION"),
         (["data"], "missing ACTION"),
     ],
@@ -97,20 +97,21 @@ def test_bad_flags_exit_2_with_one_line(capsys, tmp_path, argv, needle):
 
 
 def test_json_output_on_error_is_an_envelope(capsys, tmp_path):
-    code, out, err = run(capsys, "bootstrap", inventory(tmp_path, "[head]\nn1\n"), "--output", "json")
+    code, out, err = run(capsys, "bootstrap", "-i", inventory(tmp_path, "[head]\nn1\n"), "--output", "json")
     assert code == ExitCode.USAGE
     doc = json.loads(out)
-    assert doc["megaprov"] == 1 and doc["ok"] is False and "gpu_nodes" in doc["error"]
+    assert doc["megaprov"] == 2 and doc["ok"] is False and "gpu_nodes" in doc["error"]["message"] and doc["command"] == "bootstrap"
 
 
 def test_debug_shows_the_traceback(capsys, tmp_path):
-    code, _, err = run(capsys, "--debug", "bootstrap", inventory(tmp_path, "[head]\nn1\n"))
+    code, _, err = run(capsys, "--debug", "bootstrap", "-i", inventory(tmp_path, "[head]\nn1\n"))
     assert code == ExitCode.USAGE and "Traceback" in err
 
 
 def test_the_console_script_runs_and_exits_2_on_bad_input(tmp_path):
     bad = inventory(tmp_path, "[head]\nn1\n")
-    proc = subprocess.run([sys.executable, "-m", "megaprov", "bootstrap", bad], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-m", "megaprov", "bootstrap", "-i", bad], capture_output=True, text=True, env=env)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("megaprov: error:") and "Traceback" not in proc.stderr
 
@@ -124,6 +125,6 @@ def test_version(capsys):
 
 def test_a_bad_strategy_from_the_environment_is_refused(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("MEGAPROV_STRATEGY", "fast")
-    code, _, err = run(capsys, "bootstrap", inventory(tmp_path, GOOD))
+    code, _, err = run(capsys, "bootstrap", "-i", inventory(tmp_path, GOOD))
     assert code == ExitCode.USAGE
     assert "MEGAPROV_STRATEGY='fast' is not a strategy: use linear, free, mitogen" in one_error_line(err)

@@ -49,7 +49,7 @@ CASES = [
 @pytest.mark.parametrize(("gpu_vars", "needle"), CASES)
 @pytest.mark.parametrize(
     "command",
-    [["bootstrap", "INV"], ["preflight", "INV"], ["plan", "--job", str(ROOT / "examples/jobs/gpu-check.yml"), "-i", "INV"]],
+    [["bootstrap", "-i", "INV"], ["preflight", "-i", "INV"], ["plan", "--job", str(ROOT / "examples/jobs/gpu-check.yml"), "-i", "INV"]],
     ids=["bootstrap", "preflight", "plan"],
 )
 def test_refused_before_any_run(capsys, tmp_path, monkeypatch, gpu_vars, needle, command):
@@ -74,7 +74,7 @@ def test_the_command_fails_with_the_one_line(tmp_path):
     path = write(tmp_path, CASES[0][0])
     env = dict(os.environ, MEGAPROV_STATE=str(tmp_path / "state"), NO_COLOR="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "megaprov", "bootstrap", path], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False
+        [sys.executable, "-m", "megaprov", "bootstrap", "-i", path], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False
     )
     assert proc.returncode == ExitCode.USAGE, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -97,7 +97,7 @@ def test_extra_vars_are_checked_like_the_inventory(capsys, tmp_path, monkeypatch
     monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("ansible-runner was started"))
     path = write(tmp_path, "megaprov_gpu_model: H100-SXM\n")
     (tmp_path / "vars.yml").write_text("megaprov_gpu_model: B200\nnvidia_driver_open: false\n")
-    code = main(["bootstrap", path, *[f"@{tmp_path / 'vars.yml'}" if a == "@VARS" else a for a in extra]])
+    code = main(["bootstrap", "-i", path, *[f"@{tmp_path / 'vars.yml'}" if a == "@VARS" else a for a in extra]])
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == ExitCode.USAGE and len(lines) == 1 and needle in lines[0], err

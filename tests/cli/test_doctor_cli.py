@@ -29,7 +29,7 @@ def one_line(err):
 
 def test_doctor_needs_something_to_look_at(capsys):
     code, _, err = run(capsys, "doctor")
-    assert code == ExitCode.USAGE and "needs -i INVENTORY, --log FILE or --job NAME" in one_line(err)
+    assert code == ExitCode.USAGE and "needs -i INVENTORY, --log FILE or --name JOB" in one_line(err)
 
 
 def test_cluster_flags_need_an_inventory(tmp_path, capsys):
@@ -38,8 +38,8 @@ def test_cluster_flags_need_an_inventory(tmp_path, capsys):
     for flags in (["--drain"], ["--level", "deep"], ["--node", "n1"]):
         code, _, err = run(capsys, "doctor", "--log", str(log), *flags)
         assert code == ExitCode.USAGE and "pass -i INVENTORY" in one_line(err), flags
-        code, _, err = run(capsys, "doctor", "--job", "j1", "-i", "x.ini", *flags)
-        assert code == ExitCode.USAGE and "without --job" in one_line(err), flags
+        code, _, err = run(capsys, "doctor", "--name", "j1", "-i", "x.ini", *flags)
+        assert code == ExitCode.USAGE and "without --name" in one_line(err), flags
 
 
 def test_a_bad_level_is_refused_by_name(capsys):

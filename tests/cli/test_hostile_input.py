@@ -82,7 +82,7 @@ def spec(tmp_path, **sections):
 
 
 def test_a_template_in_a_spec_value_is_refused(capsys, tmp_path):
-    usage(capsys, "job", "check", spec(tmp_path, launch__python=TOUCH), needle="launch.python=")
+    usage(capsys, "job", "check", "-f", spec(tmp_path, launch__python=TOUCH), needle="launch.python=")
 
 
 def shared_job(tmp_path, meta):
@@ -142,24 +142,24 @@ def test_a_hostile_job_lists_as_invalid(capsys, tmp_path):
     ],
 )
 def test_control_characters_in_variables_are_refused(capsys, tmp_path, all_vars, needle):
-    usage(capsys, "bootstrap", inventory(tmp_path, all_vars=all_vars), needle=needle)
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path, all_vars=all_vars), needle=needle)
 
 
 def test_control_characters_in_ini_vars_are_refused(capsys, tmp_path):
-    usage(capsys, "bootstrap", inventory(tmp_path, hosts="n1 ansible_host=10.0.0.1 ansible_user='a\x1bb'"), needle="control character")
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path, hosts="n1 ansible_host=10.0.0.1 ansible_user='a\x1bb'"), needle="control character")
 
 
 def test_a_newline_in_a_slurm_partition_is_refused(capsys, tmp_path):
-    usage(capsys, "job", "check", spec(tmp_path, launch__slurm={"partition": "gpu\ntouch /x"}), needle="launch.slurm.partition=")
+    usage(capsys, "job", "check", "-f", spec(tmp_path, launch__slurm={"partition": "gpu\ntouch /x"}), needle="launch.slurm.partition=")
 
 
 @pytest.mark.parametrize("field", ["launch__megatron_dir", "checkpoint__directory"])
 def test_newlines_in_spec_paths_are_refused(capsys, tmp_path, field):
-    usage(capsys, "job", "check", spec(tmp_path, **{field: "/shared/x\nrm -rf /"}), needle="control character")
+    usage(capsys, "job", "check", "-f", spec(tmp_path, **{field: "/shared/x\nrm -rf /"}), needle="control character")
 
 
 def test_env_names_must_be_names(capsys, tmp_path):
-    usage(capsys, "job", "check", spec(tmp_path, launch__env={"A=1; touch /x; B": "1"}), needle="not an environment variable name")
+    usage(capsys, "job", "check", "-f", spec(tmp_path, launch__env={"A=1; touch /x; B": "1"}), needle="not an environment variable name")
 
 
 # ---- hosts contacted before validation
@@ -167,14 +167,14 @@ def test_env_names_must_be_names(capsys, tmp_path):
 
 @pytest.mark.parametrize("address", ["999.1.1.1", '""', "'10.0.0.1;touch /x'", "'$(touch /x)'", "-oProxyCommand=touch", "'{{ x }}'"])
 def test_bad_addresses_exit_2_before_anything_is_contacted(capsys, tmp_path, address):
-    usage(capsys, "bootstrap", inventory(tmp_path, hosts=f"n1 ansible_host={address}"), needle="is not an IP address or host name")
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path, hosts=f"n1 ansible_host={address}"), needle="is not an IP address or host name")
 
 
 # ---- path traversal
 
 
 def test_a_data_prefix_outside_the_shared_directory_is_refused(capsys, tmp_path):
-    usage(capsys, "job", "check", spec(tmp_path, data__prefixes=[{"path": "data/../../../etc/shadow"}]), needle="leaves its directory")
+    usage(capsys, "job", "check", "-f", spec(tmp_path, data__prefixes=[{"path": "data/../../../etc/shadow"}]), needle="leaves its directory")
 
 
 def test_an_output_prefix_outside_the_shared_directory_is_refused(capsys, tmp_path):
@@ -228,7 +228,7 @@ def test_an_alias_bomb_is_refused_at_once(capsys, tmp_path):
     path = tmp_path / "bomb.yml"
     path.write_text(BOMB + "\n")
     assert len(BOMB.splitlines()) == 11
-    usage(capsys, "job", "check", path, needle="anchors and aliases are not allowed", budget=2.0)
+    usage(capsys, "job", "check", "-f", path, needle="anchors and aliases are not allowed", budget=2.0)
 
 
 @pytest.mark.parametrize("value", [10**30, 1e30, "1e30"])
@@ -242,12 +242,12 @@ def test_huge_plan_flags_are_refused(capsys, flag, value):
 
 
 def test_a_huge_host_range_is_refused(capsys, tmp_path):
-    usage(capsys, "bootstrap", inventory(tmp_path, extra="[gpu_nodes]\nnode[0:99999999]\n"), needle="expands to 100,000,000 hosts")
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path, extra="[gpu_nodes]\nnode[0:99999999]\n"), needle="expands to 100,000,000 hosts")
 
 
 def test_too_many_hosts_are_refused_fast(capsys, tmp_path):
     hosts = "\n".join(f"node{i}" for i in range(40_000))
-    usage(capsys, "bootstrap", inventory(tmp_path, extra=f"[gpu_nodes]\n{hosts}\n"), needle="more than 10,000 hosts")
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path, extra=f"[gpu_nodes]\n{hosts}\n"), needle="more than 10,000 hosts")
 
 
 def test_workers_are_bounded(capsys, tmp_path):
@@ -260,32 +260,32 @@ def test_workers_are_bounded(capsys, tmp_path):
 def test_non_utf8_files_are_bad_input(capsys, tmp_path):
     inv = inventory(tmp_path, all_vars="")
     (tmp_path / "group_vars" / "all.yml").write_bytes(b"megaprov_cluster_user: caf\xe9\n")
-    usage(capsys, "bootstrap", inv, needle="is not UTF-8 (byte 0xe9 on line 1)")
+    usage(capsys, "bootstrap", "-i", inv, needle="is not UTF-8 (byte 0xe9 on line 1)")
     inv.write_bytes(b"[head]\nn\xff1\n")
-    usage(capsys, "bootstrap", inv, needle="not UTF-8 (byte 0xff)")
+    usage(capsys, "bootstrap", "-i", inv, needle="not UTF-8 (byte 0xff)")
 
 
 def test_a_non_utf8_extra_vars_file_is_bad_input(capsys, tmp_path):
     bad = tmp_path / "vars.yml"
     bad.write_bytes(b"x: \xff\n")
-    line = usage(capsys, "bootstrap", inventory(tmp_path), "-e", f"@{bad}", needle="is not UTF-8")
+    line = usage(capsys, "bootstrap", "-i", inventory(tmp_path), "-e", f"@{bad}", needle="is not UTF-8")
     assert str(bad) in line
-    usage(capsys, "bootstrap", inventory(tmp_path), "-e", f"@{tmp_path}", needle="is a directory")
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path), "-e", f"@{tmp_path}", needle="is a directory")
 
 
 def test_a_directory_and_a_symlink_loop_are_named(capsys, tmp_path):
-    usage(capsys, "job", "check", tmp_path, needle="is a directory")
+    usage(capsys, "job", "check", "-f", tmp_path, needle="is a directory")
     loop = tmp_path / "loop.yml"
     loop.symlink_to(loop)
-    usage(capsys, "job", "check", loop, needle="is a symlink loop")
+    usage(capsys, "job", "check", "-f", loop, needle="is a symlink loop")
     inv = inventory(tmp_path, all_vars="")
     (tmp_path / "group_vars" / "all.yml").unlink()
     (tmp_path / "group_vars" / "all.yml").symlink_to(tmp_path / "group_vars" / "all.yml")
-    usage(capsys, "bootstrap", inv, needle="is a symlink loop")
+    usage(capsys, "bootstrap", "-i", inv, needle="is a symlink loop")
 
 
 def test_json_output_on_bad_input_is_an_envelope(capsys, tmp_path):
-    code, out, _ = run(capsys, "bootstrap", inventory(tmp_path, hosts="n1 ansible_host=999.1.1.1"), "--output", "json")
+    code, out, _ = run(capsys, "bootstrap", "-i", inventory(tmp_path, hosts="n1 ansible_host=999.1.1.1"), "--output", "json")
     assert code == ExitCode.USAGE and json.loads(out)["ok"] is False
 
 
@@ -294,8 +294,8 @@ def test_a_corpus_into_a_directory_is_bad_input(capsys, tmp_path):
 
 
 def test_a_limit_that_matches_nothing_is_refused(capsys, tmp_path):
-    usage(capsys, "bootstrap", inventory(tmp_path), "--limit", "rack*", needle="'rack*' matches no host or group")
-    usage(capsys, "bootstrap", inventory(tmp_path), "--limit", "~(", needle="is not a regular expression")
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path), "--limit", "rack*", needle="'rack*' matches no host or group")
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path), "--limit", "~(", needle="is not a regular expression")
 
 
 # ---- messages
@@ -304,7 +304,7 @@ def test_a_limit_that_matches_nothing_is_refused(capsys, tmp_path):
 def test_a_byte_order_mark_is_named(capsys, tmp_path):
     inv = tmp_path / "inventory.ini"
     inv.write_bytes(b"\xef\xbb\xbf[head]\nn1\n[gpu_nodes]\nn1\n")
-    usage(capsys, "bootstrap", inv, needle="byte-order mark")
+    usage(capsys, "bootstrap", "-i", inv, needle="byte-order mark")
 
 
 @pytest.mark.parametrize(
@@ -348,36 +348,36 @@ def test_extra_var_names_from_a_file_must_be_names(capsys, tmp_path):
     # smuggle a templated variable past the unsafe marking
     bad = tmp_path / "q.yml"
     bad.write_text(yaml.safe_dump({f'zz": 1, "megaprov_lab": "{TOUCH}", "y': 1}))
-    usage(capsys, "bootstrap", inventory(tmp_path), "--check", "-e", f"@{bad}", needle="is not a variable name")
-    usage(capsys, "bootstrap", inventory(tmp_path), "--check", "-e", "ñ=1", needle="is not KEY=VALUE")
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path), "--check", "-e", f"@{bad}", needle="is not a variable name")
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path), "--check", "-e", "ñ=1", needle="is not KEY=VALUE")
 
 
 def test_group_vars_names_must_be_names(capsys, tmp_path):
-    usage(capsys, "job", "check", spec(tmp_path), "-i", inventory(tmp_path, all_vars='"bad key": 1\n'), needle="is not a variable name")
+    usage(capsys, "job", "check", "-f", spec(tmp_path), "-i", inventory(tmp_path, all_vars='"bad key": 1\n'), needle="is not a variable name")
 
 
 @pytest.mark.parametrize("address", ["fe80::1%eth0 -oProxyCommand=id", "fe80::1%$(id)", "::1%{{ x }}"])
 def test_an_ipv6_zone_is_an_interface_name(capsys, tmp_path, address):
-    usage(capsys, "job", "check", spec(tmp_path), "-i", inventory(tmp_path, hosts=f"n1 ansible_host='{address}'"), needle="zone")
+    usage(capsys, "job", "check", "-f", spec(tmp_path), "-i", inventory(tmp_path, hosts=f"n1 ansible_host='{address}'"), needle="zone")
 
 
 @pytest.mark.parametrize("shared", ["/shared/{{ lookup('pipe','id') }}", "/shared/{% raw %}x{% endraw %}", "/shared/$(id)", "/shared/`id`"])
 def test_a_shared_directory_means_the_same_everywhere(capsys, tmp_path, shared):
     inv = inventory(tmp_path, all_vars=f"megaprov_shared_dir: {json.dumps(shared)}\n")
-    usage(capsys, "job", "check", spec(tmp_path), "-i", inv, needle="megaprov_shared_dir")
+    usage(capsys, "job", "check", "-f", spec(tmp_path), "-i", inv, needle="megaprov_shared_dir")
 
 
 def test_many_groups_sharing_children_load_fast(capsys, tmp_path):
     sections = "".join(f"[g{i}:children]\n" + "".join(f"g{j}\n" for j in range(i + 1, min(i + 41, 400))) for i in range(399))
     inv = inventory(tmp_path, extra=sections + "[g399]\nn1\n", all_vars="megaprov_gpu_expected: false\n")
-    code, _, err = run(capsys, "job", "check", spec(tmp_path), "-i", inv, budget=10)
+    code, _, err = run(capsys, "job", "check", "-f", spec(tmp_path), "-i", inv, budget=10)
     assert code == 0, err
 
 
 def test_a_long_chain_of_children_is_no_internal_error(capsys, tmp_path):
     sections = "".join(f"[g{i}:children]\ng{i + 1}\n" for i in range(3000)) + "[g3000]\nn1\n"
     inv = inventory(tmp_path, extra=sections, all_vars="megaprov_gpu_expected: false\n")
-    code, _, err = run(capsys, "job", "check", spec(tmp_path), "-i", inv, budget=10)
+    code, _, err = run(capsys, "job", "check", "-f", spec(tmp_path), "-i", inv, budget=10)
     assert code == 0, err
 
 
@@ -390,10 +390,10 @@ def test_a_long_chain_of_children_is_no_internal_error(capsys, tmp_path):
     ],
 )
 def test_vars_files_and_extra_vars_files_are_bounded(capsys, tmp_path, text, needle):
-    usage(capsys, "job", "check", spec(tmp_path), "-i", inventory(tmp_path, all_vars=text), needle=needle)
+    usage(capsys, "job", "check", "-f", spec(tmp_path), "-i", inventory(tmp_path, all_vars=text), needle=needle)
     bad = tmp_path / "e.yml"
     bad.write_text(text)
-    usage(capsys, "bootstrap", inventory(tmp_path), "--check", "-e", f"@{bad}", needle=needle)
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path), "--check", "-e", f"@{bad}", needle=needle)
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"name": ' + "9" * 5000 + "}"])
@@ -407,19 +407,20 @@ def test_a_hostile_job_json_shape_is_refused(capsys, tmp_path, text):
 
 def test_a_huge_world_gets_its_batch_hint_at_once(capsys, tmp_path):
     path = spec(tmp_path, train__micro_batch_size=1024, train__global_batch_size=1025)
-    code, _, err = run(capsys, "job", "check", path, "--nodes", "10000", "--gpus-per-node", "8", "--gpu", "H100-SXM")
+    code, _, err = run(capsys, "job", "check", "-f", path, "--nodes", "10000", "--gpus-per-node", "8", "--gpu", "H100-SXM")
     assert code == ExitCode.USAGE and "use 81920000 " in err, err
 
 
 def test_the_job_marker_is_not_a_spec_variable(capsys, tmp_path):
-    usage(capsys, "job", "check", spec(tmp_path, launch__env={"MEGAPROV_JOB_UNIT": "megaprov-job-other.service"}), needle="set by megaprov itself")
+    path = spec(tmp_path, launch__env={"MEGAPROV_JOB_UNIT": "megaprov-job-other.service"})
+    usage(capsys, "job", "check", "-f", path, needle="set by megaprov itself")
 
 
 @pytest.mark.parametrize("content", ["x: !!binary aGVsbG8=\n", "__ansible_unsafe: 1\n"])
 def test_extra_vars_ansible_cannot_take_are_refused_before_a_run_directory_exists(capsys, tmp_path, content):
     bad = tmp_path / "e.yml"
     bad.write_text(content)
-    usage(capsys, "bootstrap", inventory(tmp_path), "--check", "-e", f"@{bad}")  # the fixture asserts no run directory
+    usage(capsys, "bootstrap", "-i", inventory(tmp_path), "--check", "-e", f"@{bad}")  # the fixture asserts no run directory
 
 
 def test_job_directories_are_printed_without_control_characters(capsys, tmp_path):

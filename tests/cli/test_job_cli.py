@@ -58,7 +58,7 @@ def test_schema_file_in_the_repository_is_current(capsys):
 
 @pytest.mark.parametrize("name", sorted(p.name for p in JOBS.glob("*.yml")))
 def test_job_check_examples(capsys, name):
-    code, out, err = run(capsys, "job", "check", JOBS / name)
+    code, out, err = run(capsys, "job", "check", "-f", JOBS / name)
     assert code == ExitCode.OK, err
     assert "valid job" in out
 
@@ -68,7 +68,7 @@ def test_job_check_reports_every_problem_with_lines(capsys, tmp_path):
     bad.write_text(
         (JOBS / "gpt-345m-1node.yml").read_text().replace("  tensor: 1\n", "  tensor: 3\n").replace("  micro_batch_size: 8", "  micro_batch_size: 7")
     )
-    code, _, err = run(capsys, "job", "check", bad)
+    code, _, err = run(capsys, "job", "check", "-f", bad)
     assert code == ExitCode.USAGE
     lines = err.strip().splitlines()
     assert any(
@@ -81,10 +81,12 @@ def test_job_check_reports_every_problem_with_lines(capsys, tmp_path):
 def test_job_check_json_lists_problems(capsys, tmp_path):
     bad = tmp_path / "gpt.yml"
     bad.write_text("name: x\nmodel: {num_layers: 2}\n")
-    code, out, _ = run(capsys, "job", "check", bad, "--output", "json")
+    code, out, _ = run(capsys, "job", "check", "-f", bad, "--output", "json")
     assert code == ExitCode.USAGE
     doc = json.loads(out)
-    assert doc["ok"] is False and len(doc["result"]["problems"]) >= 3
+    assert doc["ok"] is False and len(doc["errors"]) >= 3 and doc["command"] == "job check"
+    # each problem is an object with the spec's field, the file and the line where the field is
+    assert all(e["code"] == 2 and e["file"] == str(bad) and e["field"] for e in doc["errors"]), doc["errors"]
 
 
 def test_plan_json_on_flags(capsys):
@@ -107,7 +109,7 @@ def test_plan_that_does_not_fit_exits_6_with_fixes(capsys):
     code, out, err = run(capsys, "plan", "--job", JOBS / "llama-8b-2nodes.yml", "--gpu", "A10")
     assert code == ExitCode.VERDICT_FAILED
     assert "DOES NOT FIT" in out
-    assert err.startswith("megaprov: error: llama-8b needs ") and "fixes:" in err
+    assert err.startswith("megaprov: error: llama-8b does not fit A10: ") and "fixes:" in err
 
 
 def test_plan_suggest(capsys):
@@ -146,9 +148,9 @@ def test_inventory_without_gpu_model(capsys, tmp_path):
 
 def test_train_dry_run_prints_each_node(capsys, tmp_path):
     inv = cpu_inventory(tmp_path, nodes=3, shared="/srv/shared")
-    code, out, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "-i", inv, "--dry-run")
+    code, out, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "-i", inv, "--dry-run", "--all-nodes")
     assert code == ExitCode.OK, err
-    assert "# ---- node1 (node rank 0)" in out and "# ---- node2 (node rank 1)" in out
+    assert out.index("plan: lab-tiny") < out.index("# ---- node1 (node rank 0)") < out.index("# ---- node2 (node rank 1)")
     assert "node3" not in out  # the job asks for 2 nodes
     assert "--master-addr 10.1.0.11" in out
     assert "--data-path 1.0 /srv/shared/data/lab_text_document" in out
@@ -187,11 +189,11 @@ def test_train_where_this_machine_cannot_see_the_shared_directory(capsys, tmp_pa
 
 def test_train_flags_are_checked_before_anything_runs(capsys, tmp_path):
     code, _, err = run(capsys, "train", "-i", cpu_inventory(tmp_path))
-    assert code == ExitCode.USAGE and "needs --job JOB.yml" in err
+    assert code == ExitCode.USAGE and "needs -f JOB.yml" in err
     code, _, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "--name", "Bad Name", "-i", cpu_inventory(tmp_path))
     assert code == ExitCode.USAGE and "--name 'Bad Name' is not a job name" in err
     code, _, err = run(capsys, "train", "--resume", "x", "--job", JOBS / "lab-tiny.yml")
-    assert code == ExitCode.USAGE and "--resume JOB takes the spec stored with the job" in err
+    assert code == ExitCode.USAGE and "--resume NAME takes the spec stored with the job" in err
 
 
 def test_job_status_of_an_unknown_job(capsys, tmp_path, monkeypatch):

@@ -117,13 +117,13 @@ def test_installed_megaprov_works_from_any_directory(installed, bootstrapped, tm
 
     job = where / "lab-tiny.yml"
     shutil.copy(ROOT / "examples" / "jobs" / "lab-tiny.yml", job)
-    checked = run([megaprov, "job", "check", job], where, env)
+    checked = run([megaprov, "job", "check", "-f", job], where, env)
     assert checked.returncode == 0, checked.stderr
     plan = run([megaprov, "plan", "--job", job, "-i", bootstrapped["inventory"], "--output", "json"], where, env)
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["result"]["cluster"]["nodes"] == 2  # lab-tiny: 2 nodes x 1 process
 
-    stage = run([megaprov, "bootstrap", bootstrapped["inventory"], "--tags", "preflight", "--output", "json"], where, env)
+    stage = run([megaprov, "bootstrap", "-i", bootstrapped["inventory"], "--tags", "preflight", "--output", "json"], where, env)
     assert stage.returncode == 0, stage.stderr[-3000:]
     report = json.loads(stage.stdout)["result"]
     stats = {h["host"]: h for h in report["hosts"]}  # the nodes, and localhost (the validate play)

@@ -40,7 +40,7 @@ def test_lab_status_lists_the_nodes(lab3):
 
 
 def test_check_mode_on_fresh_nodes_changes_nothing(lab3):
-    code, doc, err = megaprov("bootstrap", lab3["inventory"], "--check", "--output", "json")
+    code, doc, err = megaprov("bootstrap", "-i", lab3["inventory"], "--check", "--output", "json")
     assert code == 0, err
     for container in containers(lab3):
         assert podman_exec(container, "id", "megaprov").returncode != 0, "check mode created the cluster user"
@@ -57,7 +57,7 @@ def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
             [bootstrapped["megaprov"], "lab", action, "node3", "--name", bootstrapped["lab"]], env=bootstrapped["env"], capture_output=True, text=True
         )
         assert proc.returncode == 0, proc.stderr
-    code, again, err = megaprov("bootstrap", bootstrapped["inventory"], "--output", "json")
+    code, again, err = megaprov("bootstrap", "-i", bootstrapped["inventory"], "--output", "json")
     assert code == 0, err
     assert again["result"]["changed"] == 0, [h for h in again["result"]["hosts"] if h["changed"]]
     assert {h["host"] for h in again["result"]["hosts"]} >= {"node1", "node2", "node3"}
@@ -110,7 +110,7 @@ def test_proofs_run_again_when_an_input_changes_and_all_of_them_with_verify(boot
     tags = "ssh_mesh,storage,scheduler"
 
     def proofs(*flags):
-        code, doc, err = megaprov("bootstrap", inventory, "--tags", tags, *flags, "--output", "json")
+        code, doc, err = megaprov("bootstrap", "-i", inventory, "--tags", tags, *flags, "--output", "json")
         assert code == 0, err
         return {(p["host"], p["name"]): (p["valid"], p["reason"]) for p in doc["result"]["proofs"]}, doc["result"]
 
@@ -140,13 +140,13 @@ def test_proofs_run_again_when_an_input_changes_and_all_of_them_with_verify(boot
 
 
 def test_check_mode_after_converge_reports_no_change(bootstrapped):
-    code, doc, err = megaprov("bootstrap", bootstrapped["inventory"], "--check", "--output", "json")
+    code, doc, err = megaprov("bootstrap", "-i", bootstrapped["inventory"], "--check", "--output", "json")
     assert code == 0, err
     assert doc["result"]["changed"] == 0
 
 
 def test_storage_and_fabric_are_in_the_report(bootstrapped):
-    code, doc, err = megaprov("bootstrap", bootstrapped["inventory"], "--tags", "storage,fabric", "--output", "json")
+    code, doc, err = megaprov("bootstrap", "-i", bootstrapped["inventory"], "--tags", "storage,fabric", "--output", "json")
     assert code == 0, err
     shared = doc["result"]["shared"]
     assert sorted((c["reader"], c["writer"]) for c in shared) == [(r, w) for r in ("node1", "node2", "node3") for w in ("node1", "node2", "node3")]
@@ -160,14 +160,14 @@ def test_storage_and_fabric_are_in_the_report(bootstrapped):
 
 def test_kernel_nfs_fails_fast_where_the_kernel_has_none(bootstrapped):
     inventory = bootstrapped["inventory"]
-    code, doc, err = megaprov("bootstrap", inventory, "--tags", "storage", "-e", "nfs_server_implementation=kernel", "--output", "json")
+    code, doc, err = megaprov("bootstrap", "-i", inventory, "--tags", "storage", "-e", "nfs_server_implementation=kernel", "--output", "json")
     assert code == 3
-    assert "node1" in doc["error"] and "this kernel has no NFS server support" in doc["error"]
-    assert "set nfs_server_implementation: ganesha" in doc["error"]
+    assert "node1" in doc["error"]["message"] and "this kernel has no NFS server support" in doc["error"]["message"]
+    assert "set nfs_server_implementation: ganesha" in doc["error"]["message"]
 
 
 def test_preflight_reports_every_node_gpu_less_and_passing(bootstrapped):
-    code, doc, err = megaprov("preflight", bootstrapped["inventory"], "--output", "json")
+    code, doc, err = megaprov("preflight", "-i", bootstrapped["inventory"], "--output", "json")
     assert code == 0, err
     checks = doc["result"]["checks"]
     gpu_rows = [c for c in checks if c["check"] == "gpus"]
@@ -178,19 +178,19 @@ def test_preflight_reports_every_node_gpu_less_and_passing(bootstrapped):
 
 
 def test_preflight_fails_a_gpu_node_without_gpus(bootstrapped):
-    code, doc, err = megaprov("preflight", bootstrapped["inventory"], "-e", "megaprov_gpu_expected=true", "--output", "json")
+    code, doc, err = megaprov("preflight", "-i", bootstrapped["inventory"], "-e", "megaprov_gpu_expected=true", "--output", "json")
     assert code == 6
-    assert "node1: gpus: no NVIDIA GPU found on a gpu_nodes host" in doc["error"]
+    assert "node1: gpus: no NVIDIA GPU found on a gpu_nodes host" in doc["error"]["message"]
 
 
 def test_a_broken_pair_is_reported_by_name(bootstrapped):
     node3 = containers(bootstrapped)[2]
     podman_exec(node3, "sh", "-c", "echo 'DenyUsers megaprov' > /etc/ssh/sshd_config.d/deny.conf && systemctl reload ssh")
     try:
-        code, doc, err = megaprov("bootstrap", bootstrapped["inventory"], "--tags", "ssh_mesh", "--output", "json")
+        code, doc, err = megaprov("bootstrap", "-i", bootstrapped["inventory"], "--tags", "ssh_mesh", "--output", "json")
         assert code == 3
-        assert "2 of 6 SSH pairs failed as megaprov" in doc["error"]
-        assert "node1 -> node3" in doc["error"] and "node2 -> node3" in doc["error"]
+        assert "2 of 6 SSH pairs failed as megaprov" in doc["error"]["message"]
+        assert "node1 -> node3" in doc["error"]["message"] and "node2 -> node3" in doc["error"]["message"]
     finally:
         podman_exec(node3, "sh", "-c", "rm -f /etc/ssh/sshd_config.d/deny.conf && systemctl reload ssh")
 
@@ -209,9 +209,9 @@ def test_an_unreachable_host_stops_before_any_change(lab3, tmp_path):
         ghost ansible_host={node1["address"]} ansible_port=2299
     """)
     )
-    code, doc, err = megaprov("bootstrap", str(tmp_path / "inventory.ini"), "--output", "json")
+    code, doc, err = megaprov("bootstrap", "-i", str(tmp_path / "inventory.ini"), "--output", "json")
     assert code == 4
-    assert "ghost" in doc["error"] and "unreachable" in doc["error"]
+    assert "ghost" in doc["error"]["message"] and "unreachable" in doc["error"]["message"]
     assert podman_exec(node1["container"], "id", "other").returncode != 0, "a stage ran on node1 after ghost was unreachable"
 
 

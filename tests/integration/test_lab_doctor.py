@@ -38,7 +38,7 @@ def test_doctor_finds_nothing_wrong_on_the_healthy_lab_nor_in_its_jobs_logs(boot
     code, jobs_doc, err = megaprov("jobs", "-i", bootstrapped["inventory"], "--output", "json")
     names = [j["name"] for j in jobs_doc["result"]["jobs"] if j["name"].startswith("lab-tiny-")]
     assert names, jobs_doc
-    code, doc, err = megaprov("doctor", "--job", names[0], "-i", bootstrapped["inventory"], "--output", "json")
+    code, doc, err = megaprov("doctor", "--name", names[0], "-i", bootstrapped["inventory"], "--output", "json")
     # The job ran while the suite's other parts loaded this machine's 2 cores: its rate may fall (a THROUGHPUT_FALLING
     # warning, which is true of this machine); nothing else may be found in a job that passed its verdict.
     assert [f for f in doc["result"]["findings"] if f["code"] != "THROUGHPUT_FALLING"] == [], (doc, err)

@@ -60,7 +60,7 @@ def test_a_restarted_node_keeps_its_address_and_host_key(lab3):
     assert status()[NODE]["address"] == before
     assert podman_exec(container, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2] == key
     # Real SSH with the pinned host keys, to every node.
-    code, doc, err = megaprov("preflight", str(inventory), "--output", "json")
+    code, doc, err = megaprov("preflight", "-i", str(inventory), "--output", "json")
     assert code == 0, err
     assert sorted(doc["result"]["nodes"]) == ["node1", "node2", "node3"]
     assert not doc["result"]["failures"]
@@ -70,9 +70,9 @@ def test_the_ssh_mesh_leaves_an_unreachable_node_out_and_says_so(lab3):
     inventory = Path(lab3["inventory"])
     stop(NODE)
     try:
-        code, doc, err = megaprov("bootstrap", str(inventory), "--tags", "base,ssh_mesh", "--output", "json")
+        code, doc, err = megaprov("bootstrap", "-i", str(inventory), "--tags", "base,ssh_mesh", "--output", "json")
         assert code == 4, err
-        assert "node3" in doc["error"] and "unreachable" in doc["error"]
+        assert "node3" in doc["error"]["message"] and "unreachable" in doc["error"]["message"]
         report = doc["result"]
         assert {f["host"] for f in report["failures"]} == {NODE} and all(f["unreachable"] for f in report["failures"])
         # Only the pairs among the reachable nodes were tried, and all of them connect.

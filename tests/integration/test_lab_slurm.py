@@ -223,6 +223,7 @@ def test_a_request_slurm_cannot_satisfy_is_refused_before_submitting(cluster, tm
         "train", "--job", job_file(tmp_path, "slurm-nope", **{"launch.slurm.partition": "nope"}), "-i", cluster["inventory"], "--output", "json"
     )
     assert code == 2, err
-    assert doc["error"].startswith("job slurm-nope not submitted: Slurm refuses job slurm-nope: invalid partition specified: nope"), doc["error"]
-    assert "\n" not in doc["error"]
+    message = doc["error"]["message"]
+    assert message.startswith("job slurm-nope not submitted: Slurm refuses job slurm-nope: invalid partition specified: nope"), message
+    assert "\n" not in doc["error"]["message"]
     assert slurm(cluster, "squeue", "-h", "-o", "%i").stdout.split() == queued, "nothing was submitted"

@@ -43,11 +43,11 @@ def cluster(lab, tmp_path_factory):
 
     nodes, inventory = lab["nodes"], lab["inventory"]
     if any(podman_exec(n["container"], "test", "-x", "/opt/megaprov/venv/bin/python").returncode for n in nodes):
-        code, _, err = megaprov("bootstrap", inventory, "--output", "json")
+        code, _, err = megaprov("bootstrap", "-i", inventory, "--output", "json")
         assert code == 0, err
     hosts = [n["name"] for n in nodes]
     if len(rates.known(Path(inventory), hosts)) < len(hosts):  # a lab bootstrapped before the python stage measured
-        megaprov("preflight", inventory, "--output", "json")
+        megaprov("preflight", "-i", inventory, "--output", "json")
     measured = {r.host: r.tflops_per_device for r in rates.known(Path(inventory), hosts)}
     assert set(measured) == set(hosts), measured
     corpus = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"

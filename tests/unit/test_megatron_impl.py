@@ -282,6 +282,6 @@ def test_a_tokenizer_file_and_fim_are_refused_before_anything_starts(capsys, tmp
     assert "path: tokenizers/llama3/tokenizer.json" in text
     spec_file = tmp_path / "llama.yml"
     spec_file.write_text(text)
-    code = main(["job", "check", str(spec_file)])
+    code = main(["job", "check", "-f", str(spec_file)])
     err = capsys.readouterr().err
     assert code == ExitCode.USAGE and "data.tokenizer.path=tokenizers/llama3/tokenizer.json is a file" in err, err

@@ -30,4 +30,4 @@ def test_envelope_is_versioned_and_plain():
         seconds: float
 
     doc = json.loads(envelope("bootstrap", True, {"hosts": [Row("n1", 1.5)]}))
-    assert doc == {"megaprov": 1, "command": "bootstrap", "ok": True, "result": {"hosts": [{"host": "n1", "seconds": 1.5}]}}
+    assert doc == {"megaprov": 2, "command": "bootstrap", "ok": True, "result": {"hosts": [{"host": "n1", "seconds": 1.5}]}}

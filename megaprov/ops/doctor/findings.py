@@ -71,7 +71,7 @@ CODES: dict[str, Code] = _codes(
         "NCCL unhandled system error",
         "a socket or device call failed inside NCCL: usually the wrong network interface or a peer address that cannot be reached",
         "NCCL's 'unhandled system error' and its 'Last error:' line",
-        "set the cluster interface (infiniband_socket_interface, NCCL_SOCKET_IFNAME) and rerun `megaprov bootstrap INV --tags fabric`",
+        "set the cluster interface (infiniband_socket_interface, NCCL_SOCKET_IFNAME) and rerun `megaprov bootstrap -i INV --tags fabric`",
     ),
     Code(
         "NCCL_LOOPBACK",
@@ -80,7 +80,7 @@ CODES: dict[str, Code] = _codes(
         "NCCL used a loopback address",
         "the host name resolves to 127.0.1.1 (Debian's /etc/hosts default) or NCCL chose the lo interface, so peers connect to themselves",
         "NCCL's bootstrap/socket lines naming lo or a 127.x address",
-        "run `megaprov bootstrap INV --tags base` (it writes /etc/hosts with the cluster addresses) and set NCCL_SOCKET_IFNAME",
+        "run `megaprov bootstrap -i INV --tags base` (it writes /etc/hosts with the cluster addresses) and set NCCL_SOCKET_IFNAME",
     ),
     Code(
         "NCCL_VERSION_MISMATCH",
@@ -89,7 +89,7 @@ CODES: dict[str, Code] = _codes(
         "ranks loaded different NCCL releases",
         "nodes run different NCCL libraries (different torch or nvidia-nccl wheels, or LD_LIBRARY_PATH)",
         "the 'NCCL version' lines of the ranks, which differ",
-        "install the same training environment everywhere: `megaprov bootstrap INV --tags python`",
+        "install the same training environment everywhere: `megaprov bootstrap -i INV --tags python`",
     ),
     Code(
         "IB_COMPLETION_ERROR",
@@ -225,7 +225,7 @@ CODES: dict[str, Code] = _codes(
         "node unreachable",
         "the node does not answer SSH: down, cut off the network, or its host key changed",
         "Ansible's unreachable message",
-        "check the node's power and network; `megaprov bootstrap INV --tags ssh_mesh` after a reinstall",
+        "check the node's power and network; `megaprov bootstrap -i INV --tags ssh_mesh` after a reinstall",
     ),
     Code(
         "GPU_CHECKS_SKIPPED",
@@ -315,7 +315,7 @@ CODES: dict[str, Code] = _codes(
         "host name resolves to loopback",
         "the node's own name resolves to a 127.x address (Debian's 127.0.1.1 line): NCCL and gloo then give peers a loopback address",
         "getent hosts for the node's name",
-        "run `megaprov bootstrap INV --tags base` (it writes the cluster's addresses into /etc/hosts) or remove the 127.0.1.1 line",
+        "run `megaprov bootstrap -i INV --tags base` (it writes the cluster's addresses into /etc/hosts) or remove the 127.0.1.1 line",
     ),
     Code(
         "HOST_WRONG_ADDRESS",
@@ -324,7 +324,7 @@ CODES: dict[str, Code] = _codes(
         "host name resolves off the cluster interface",
         "the node's name resolves to an address that is not on the cluster (NCCL socket) interface",
         "getent hosts for the node's name and the interface's addresses",
-        "run `megaprov bootstrap INV --tags base`, or fix DNS so the name resolves to the cluster address",
+        "run `megaprov bootstrap -i INV --tags base`, or fix DNS so the name resolves to the cluster address",
     ),
     Code(
         "CLOCK_SKEW",
@@ -333,7 +333,7 @@ CODES: dict[str, Code] = _codes(
         "clock skew",
         "the node's clock differs from the controller's: logs, Slurm and munge credentials disagree on time",
         "the node's time against the controller's window around the probe",
-        "check chrony (`chronyc tracking`) and its servers (common_chrony_servers); `megaprov bootstrap INV --tags base`",
+        "check chrony (`chronyc tracking`) and its servers (common_chrony_servers); `megaprov bootstrap -i INV --tags base`",
     ),
     Code(
         "CLOCK_UNSYNCED",
@@ -342,7 +342,7 @@ CODES: dict[str, Code] = _codes(
         "clock not synchronised",
         "chrony reports the clock is not synchronised to any source",
         "chronyc tracking's leap status",
-        "give chrony reachable servers (common_chrony_servers) and rerun `megaprov bootstrap INV --tags base`",
+        "give chrony reachable servers (common_chrony_servers) and rerun `megaprov bootstrap -i INV --tags base`",
     ),
     Code(
         "VERSION_MISMATCH",
@@ -351,7 +351,7 @@ CODES: dict[str, Code] = _codes(
         "versions differ between nodes",
         "nodes run different driver, CUDA, NCCL, torch or megatron-core versions: ranks then disagree or fail",
         "each node's version of the package",
-        "run `megaprov bootstrap INV --tags gpu,python` so every node gets the inventory's pinned versions",
+        "run `megaprov bootstrap -i INV --tags gpu,python` so every node gets the inventory's pinned versions",
     ),
     Code(
         "DISK_FULL",
@@ -370,7 +370,7 @@ CODES: dict[str, Code] = _codes(
         "shared directory not usable",
         "a node cannot write to, or read every other node's file from, the shared directory as the cluster user",
         "the N-writer, N-reader check's failure",
-        "check the NFS server and the node's mount; `megaprov bootstrap INV --tags storage`",
+        "check the NFS server and the node's mount; `megaprov bootstrap -i INV --tags storage`",
     ),
     Code(
         "SERVICE_DOWN",
@@ -379,7 +379,7 @@ CODES: dict[str, Code] = _codes(
         "service not running",
         "a service megaprov enabled on the node is not active (stopped or failed)",
         "systemd's state of the unit",
-        "`systemctl start UNIT` on the node (and `journalctl -u UNIT` for why it stopped), or `megaprov bootstrap INV`",
+        "`systemctl start UNIT` on the node (and `journalctl -u UNIT` for why it stopped), or `megaprov bootstrap -i INV`",
     ),
     Code(
         "DCGM_DIAG",

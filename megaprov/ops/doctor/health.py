@@ -23,7 +23,7 @@ from typing import Any
 from megaprov import paths
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import runner
-from megaprov.errors import EnvironmentProblem, UsageError
+from megaprov.errors import RunFailed, UsageError
 from megaprov.ops.doctor import parsers, signatures
 from megaprov.ops.doctor.findings import Finding, Report, finding
 from megaprov.output import RunProgress
@@ -131,7 +131,7 @@ def _gpus(node: str, p: dict[str, Any], facts: ClusterFacts) -> list[Finding]:
                 node,
                 f"{pci} NVIDIA GPU(s) on the PCI bus; nvidia-smi: {why[0] if why else 'failed'}",
                 cause="the driver does not answer for the GPUs on the bus (not loaded, or a GPU hung it)",
-                fix="run `megaprov bootstrap INV --tags gpu` (it loads or installs the driver); reboot if nvidia-smi hangs",
+                fix="run `megaprov bootstrap -i INV --tags gpu` (it loads or installs the driver); reboot if nvidia-smi hangs",
             )
         ]
     remap = smi.get("remapped") or {}
@@ -290,7 +290,7 @@ def _services(node: str, p: dict[str, Any]) -> list[Finding]:
             out.append(
                 finding(
                     "SERVICE_DOWN", node, f"{unit}: {s.get('active')} ({s.get('sub')}), {s.get('enabled')}",
-                    fix=f"`systemctl start {unit}` on {node} (`journalctl -u {unit}` says why it stopped), or `megaprov bootstrap INV`",
+                    fix=f"`systemctl start {unit}` on {node} (`journalctl -u {unit}` says why it stopped), or `megaprov bootstrap -i INV`",
                 )
             )  # fmt: skip
     return out
@@ -558,11 +558,11 @@ def _run(req: Request, hosts: list[str], doctor: dict[str, Any], collect: tuple[
     finally:
         progress.stop()
     if result.error_line or (result.rc != 0 and not result.failures and not result.results):
-        raise EnvironmentProblem(f"doctor: the play did not run: {result.error_line or result.status}", f"see {result.artifacts}/stdout")
+        raise RunFailed(f"doctor: the play did not run: {result.error_line or result.status}", f"see {result.artifacts}/stdout")
     broken = [f for f in result.failures if not f.unreachable]
     if broken:
         f = broken[0]
-        raise EnvironmentProblem(f"doctor: {f.host}: {f.task}: {f.message}", f"see {result.artifacts}/stdout")
+        raise RunFailed(f"doctor: {f.host}: {f.task}: {f.message}", f"see {result.artifacts}/stdout")
     return result
 
 

@@ -258,7 +258,7 @@ def step_dir(module: AnsibleModule) -> None:
     except OSError as exc:
         module.fail_json(
             msg=f"{p['user_var']} cannot create {job_dir} and {ckpt}: {exc.strerror}; the storage stage makes jobs/ and checkpoints/ of the "
-            "shared directory that user's (`megaprov bootstrap INVENTORY --tags storage`); a checkpoint.directory elsewhere must be a "
+            "shared directory that user's (`megaprov bootstrap -i INVENTORY --tags storage`); a checkpoint.directory elsewhere must be a "
             "directory it owns"
         )
     files = unpack(data, job_dir)
