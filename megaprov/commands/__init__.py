@@ -10,12 +10,12 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from megaprov.commands import bundle, cluster, data, lab, ops, training
+from megaprov.commands import bundle, cluster, data, lab, ops, shell, training
 from megaprov.commands.base import PROG, Outcome, Parser, close, global_flags
 from megaprov.errors import ExitCode, MegaprovError, error_object
 from megaprov.output import console, envelope, print_json
 
-FAMILIES = (cluster, training, data, ops, lab, bundle)
+FAMILIES = (cluster, training, data, ops, lab, bundle, shell)
 
 
 class _Version(argparse.Action):
@@ -112,12 +112,24 @@ def emit(outcome: Outcome, output: str) -> None:
         outcome.text()
 
 
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request (argcomplete sets _ARGCOMPLETE) and exit; otherwise nothing."""
+    import os
+
+    if "_ARGCOMPLETE" not in os.environ:
+        return
+    import argcomplete
+
+    argcomplete.autocomplete(parser)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     want_json = _wants_json(argv)
     err = console(stderr=True)
     parser = build_parser()
+    _complete(parser)
     command = " ".join(leaf(parser, argv)[1]) or ""
     try:
         args = parser.parse_args(argv)

@@ -63,7 +63,8 @@ def test_every_command_is_found():
 def test_every_help_has_examples_and_the_global_flags(path):
     parser, _ = leaf(build_parser(), path)
     text = parser.format_help()
-    assert "examples:\n  megaprov " in text or "examples:\n  INV=" in text or "examples:\n  export" in text, text
+    examples = text.split("examples:\n", 1)[1] if "examples:\n" in text else ""
+    assert examples.startswith("  ") and "megaprov " + path[0] in examples, text
     assert "-o {text,json}, --output {text,json}" in text and "--debug" in text, text
 
 
@@ -401,3 +402,50 @@ def test_data_corpus_does_not_make_directories(capsys, tmp_path):
 def test_the_positional_forms_are_hidden_from_help():
     text = textwrap.dedent(leaf(build_parser(), ["bootstrap"])[0].format_help())
     assert "inventory_positional" not in text and "-i INVENTORY, --inventory INVENTORY" in text
+
+
+def readme_commands():
+    """Every `megaprov ...` line of the README's shell blocks, as argv (comments and variables as a shell leaves them)."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    found = []
+    for block in re.findall(r"```(?:sh|bash)\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = re.sub(r"^(\w+=\S+ )+", "", line.strip())  # MEGAPROV_STRATEGY=mitogen megaprov ...
+            if not line.startswith("megaprov "):
+                continue
+            words = shlex.split(line, comments=True)
+            argv = [w.replace("$INV", "inv.ini").replace("$(megaprov lab inventory)", "inv.ini") for w in words[1:]]
+            ends = [i for i, w in enumerate(argv) if w in ("&&", "|", ">", "||", ";")]
+            found.append(argv[: ends[0]] if ends else argv)
+    return found
+
+
+@pytest.mark.parametrize("argv", readme_commands(), ids=lambda a: " ".join(a)[:60])
+def test_every_readme_command_parses_with_this_grammar(argv):
+    """The README's commands are copy-pasteable: each one parses (no unknown flag, no missing value, no old form)."""
+    if argv in (["--version"],):
+        return
+    args = build_parser().parse_args(argv)
+    assert getattr(args, "handler", None) is not None, argv
+    assert not getattr(args, "inventory_positional", None) and not getattr(args, "spec", None), f"old form in the README: {argv}"
+    assert not getattr(args, "job_deprecated", None), f"old form in the README: {argv}"
+
+
+@pytest.mark.parametrize(("line", "expected"), [("megaprov boo", {"bootstrap"}), ("megaprov job ", {"check", "attach", "logs", "status"})])
+def test_shell_completion_answers_from_the_parser(tmp_path, line, expected):
+    """What bash's completion function asks (argcomplete's protocol): the words that complete the line."""
+    env = dict(os.environ, COMP_LINE=line, COMP_POINT=str(len(line)), _ARGCOMPLETE="1", _ARGCOMPLETE_IFS="\n")
+    exe = Path(sys.executable).parent / "megaprov"
+    # the completion function hands megaprov fd 8 for the answer and fd 9 for debug output
+    proc = subprocess.run(["bash", "-c", '"$0" 8>&1 9>/dev/null', str(exe)], env=env, capture_output=True, text=True, timeout=60)
+    words = {w.strip() for w in proc.stdout.split("\n") if w.strip()}
+    assert proc.returncode == 0, proc.stderr
+    assert expected <= words, words
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_prints_the_shell_code(capsys, shell):
+    code, out, _ = run(capsys, "completion", shell)
+    assert code == ExitCode.OK and "_ARGCOMPLETE" in out and "megaprov" in out

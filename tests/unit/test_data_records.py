@@ -374,7 +374,7 @@ def test_progress_rates():
 
 
 def test_the_synthetic_corpus_follows_its_grammar(tmp_path):
-    path = tmp_path / "sub" / "deeper" / "corpus.jsonl"  # the directories are created
+    path = tmp_path / "corpus.jsonl"
     size = data.synthetic_corpus(path, 300, seed=7)
     text = path.read_text()
     assert size == len(text) and text.endswith("}\n")
@@ -409,8 +409,11 @@ def test_a_corpus_that_cannot_be_written_is_named_and_leaves_nothing(tmp_path):
     blocker.write_text("")
     with pytest.raises(DataError) as info:
         data.synthetic_corpus(blocker / "corpus.jsonl", 3)  # its directory would be inside a file
-    assert info.value.message.startswith(f"--output-file {blocker / 'corpus.jsonl'}: cannot write (")
-    assert info.value.hint == "choose a writable location"
+    # its directory is not made (as data prepare: a typo in a path does not make directories as root)
+    assert info.value.message == f"--output-file {blocker / 'corpus.jsonl'}: {blocker} does not exist"
+    with pytest.raises(DataError, match="does not exist"):
+        data.synthetic_corpus(tmp_path / "sub" / "deeper" / "corpus.jsonl", 3)
+    assert not (tmp_path / "sub").exists()
     # the temporary name is taken by a directory: the write fails and that directory is not touched
     (tmp_path / ".c.jsonl.tmp").mkdir()
     with pytest.raises(DataError, match="cannot write"):

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from megaprov.cluster import inventory as inv
-from megaprov.errors import EnvironmentProblem, UsageError
+from megaprov.errors import HostsUnreachable, RunFailed, UsageError
 from megaprov.ops import logs, top
 
 
@@ -184,12 +184,13 @@ def test_a_snapshot_asks_every_query_over_http() -> None:
 def test_what_is_not_prometheus_is_one_clear_error() -> None:
     server, url = serve(b"<html>login</html>")
     try:
-        with pytest.raises(EnvironmentProblem, match="does not answer as Prometheus does"):
+        with pytest.raises(RunFailed, match="does not answer as Prometheus does"):
             top.ask(url, "up")
     finally:
         server.shutdown()
-    with pytest.raises(EnvironmentProblem, match="does not answer"):
+    with pytest.raises(HostsUnreachable, match="does not answer") as info:  # exit 4, as an unreachable host everywhere
         top.ask("http://127.0.0.1:1", "up")
+    assert info.value.exit_code == 4
 
 
 def test_a_job_s_node_log_is_read_from_its_last_node_filtered_and_bounded(tmp_path: Path) -> None:

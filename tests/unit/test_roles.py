@@ -112,7 +112,7 @@ def test_every_tag_in_roles_and_playbooks_is_accepted_by_the_cli():
     ):
         used |= set(_tags(yaml.safe_load(path.read_text())))
     assert used <= KNOWN_TAGS, used - KNOWN_TAGS
-    assert {"common_install", "ssh_mesh_check", "preflight", "-i", "base"} <= used
+    assert {"common_install", "ssh_mesh_check", "preflight", "base"} <= used
 
 
 @pytest.mark.parametrize("role", ROLES)

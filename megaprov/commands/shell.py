@@ -1,0 +1,33 @@
+"""completion: the shell's completion of megaprov's commands, flags and choices, generated from the parser."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from megaprov.commands.base import Outcome, command
+
+SHELLS = ("bash", "zsh", "fish")
+
+
+def register(sub: Any) -> None:
+    p = command(
+        sub,
+        "completion",
+        "completion",
+        "print the shell code that completes megaprov's commands, flags and choices (argcomplete)",
+        [
+            'eval "$(megaprov completion bash)"                     # in ~/.bashrc',
+            'eval "$(megaprov completion zsh)"                      # in ~/.zshrc',
+            "megaprov completion fish > ~/.config/fish/completions/megaprov.fish",
+        ],
+    )
+    p.add_argument("shell", choices=SHELLS, help="the shell: bash, zsh or fish")
+    p.set_defaults(handler=_completion)
+
+
+def _completion(args: argparse.Namespace) -> Outcome:
+    from argcomplete.shell_integration import shellcode
+
+    code: str = shellcode(["megaprov"], shell=args.shell)  # type: ignore[no-untyped-call]
+    return Outcome("completion", {"shell": args.shell, "code": code}, text=lambda: print(code, end=""))
