@@ -12,8 +12,12 @@ import ast
 import difflib
 import functools
 import ipaddress
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -240,6 +244,108 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
             host.vars.update(host_vars)
             groups[section].append(name)
             members[section].add(name)
+            if len(hosts) > values.MAX_HOSTS:
+                raise InventoryError(f"{where}: more than {values.MAX_HOSTS:,} hosts", f"a cluster has at most {values.MAX_HOSTS:,} (MAX_HOSTS)")
+    return hosts, groups, gvars, children
+
+
+INI_SUFFIXES = ("", ".ini", ".cfg", ".hosts", ".txt")
+MAX_ANSIBLE_INVENTORY_BYTES = 64 * 1024 * 1024  # what ansible-inventory may print about one inventory
+ANSIBLE_INVENTORY_TIMEOUT = 300.0  # seconds a dynamic inventory (a script, a cloud's plugin) may take
+
+
+def is_ini(path: Path) -> bool:
+    """megaprov's own strict INI reader takes the file (with line numbers); everything else goes through Ansible's."""
+    if path.suffix not in INI_SUFFIXES or os.access(path, os.X_OK):
+        return False
+    return True
+
+
+def _ansible_inventory() -> str:
+    beside = Path(sys.executable).parent / "ansible-inventory"
+    found = str(beside) if beside.is_file() else shutil.which("ansible-inventory")
+    if found is None:
+        from megaprov.errors import EnvironmentProblem
+
+        raise EnvironmentProblem("ansible-inventory is not installed", "pip install megaprov (it depends on ansible-core)")
+    return found
+
+
+def _ansible_failure(path: Path, stderr: str) -> InventoryError:
+    """Ansible's reasons, as one line: the first plugin's cause and where (its Origin: file:line)."""
+    causes = [line.strip() for line in stderr.splitlines() if line.strip()]
+    origin = next((re.search(r"Origin: (\S+?):(\d+)", line) for line in causes if re.search(r"Origin: \S+?:\d+", line)), None)
+    why = next((line.split(":", 1)[1].strip() for line in causes if line.startswith("[WARNING]: Failed to parse")), None)
+    why = why or next((line for line in causes if line.startswith("[ERROR]")), "no hosts could be read")
+    where = f"{origin.group(1)}:{origin.group(2)}" if origin else str(path)
+    return InventoryError(
+        f"{where}: Ansible cannot read this inventory ({values.printable(why)[:300]})",
+        f"fix it until `ansible-inventory -i {path} --list` reads it",
+    )
+
+
+def parse_with_ansible(path: Path) -> tuple[dict[str, Host], dict[str, list[str]], dict[str, dict[str, Any]], dict[str, list[str]]]:
+    """A YAML, JSON, TOML or directory inventory, a dynamic inventory script or an inventory plugin's configuration
+    (NetBox, a cloud), read by ansible-core itself (`ansible-inventory --list --export`: group variables stay on
+    their groups; group_vars/ and host_vars/ are read by megaprov as for INI). Returns what :func:`parse_ini` returns."""
+    env = dict(
+        os.environ,
+        ANSIBLE_INVENTORY_UNPARSED_FAILED="True",
+        ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="True",
+        ANSIBLE_VARS_ENABLED="none",  # the vars files are megaprov's to read and check, file by file
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_DEPRECATION_WARNINGS="False",
+    )
+    try:
+        proc = subprocess.run(  # noqa: S603 (argv, no shell; the inventory is the operator's)
+            [_ansible_inventory(), "-i", str(path), "--list", "--export"],
+            capture_output=True,
+            env=env,
+            timeout=ANSIBLE_INVENTORY_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise InventoryError(
+            f"{path}: ansible-inventory did not answer within {ANSIBLE_INVENTORY_TIMEOUT:.0f} s", "check the dynamic inventory"
+        ) from None
+    if proc.returncode != 0:
+        raise _ansible_failure(path, proc.stderr.decode(errors="replace"))
+    if len(proc.stdout) > MAX_ANSIBLE_INVENTORY_BYTES:
+        raise InventoryError(f"{path}: the inventory is larger than {MAX_ANSIBLE_INVENTORY_BYTES >> 20} MiB", "split it")
+    doc = values.json_data(proc.stdout.decode(errors="replace"), f"{path} (as ansible-inventory reads it)")
+    if not isinstance(doc, dict):
+        raise InventoryError(f"{path}: ansible-inventory printed no inventory", f"check `ansible-inventory -i {path} --list`")
+    hostvars = (doc.get("_meta") or {}).get("hostvars") or {}
+    hosts: dict[str, Host] = {}
+    groups: dict[str, list[str]] = {}
+    gvars: dict[str, dict[str, Any]] = {}
+    children: dict[str, list[str]] = {}
+    where = str(path)
+    for group, entry in doc.items():
+        if group == "_meta" or not isinstance(entry, dict):
+            continue
+        if not _GROUP_RE.fullmatch(group):
+            raise InventoryError(f"{where}: invalid group name {values.shown(group)}", "group names use letters, digits and _ (no dashes)")
+        if entry.get("vars"):
+            if not isinstance(entry["vars"], dict):
+                raise InventoryError(f"{where}: the variables of group {group} are not a mapping", "write them as name: value")
+            gvars[group] = dict(entry["vars"])
+        if group != "all":
+            groups[group] = []
+            kids = [k for k in entry.get("children") or [] if k != "ungrouped"]
+            if kids:
+                children[group] = list(kids)
+        for name in entry.get("hosts") or []:
+            if not isinstance(name, str) or not _HOSTNAME_RE.fullmatch(name):
+                raise InventoryError(
+                    f"{where}: {values.shown(name)} is not a valid host name", "use letters, digits, dots and dashes (it goes into /etc/hosts)"
+                )
+            own = hostvars.get(name) or {}
+            if not isinstance(own, dict):
+                raise InventoryError(f"{where}: the variables of host {name} are not a mapping", "write them as name: value")
+            hosts.setdefault(name, Host(name=name, vars=dict(own), line=where))
+            groups.setdefault(group, []).append(name)
             if len(hosts) > values.MAX_HOSTS:
                 raise InventoryError(f"{where}: more than {values.MAX_HOSTS:,} hosts", f"a cluster has at most {values.MAX_HOSTS:,} (MAX_HOSTS)")
     return hosts, groups, gvars, children
@@ -603,23 +709,28 @@ def resolve_children(groups: dict[str, list[str]], children: dict[str, list[str]
 def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inventory:
     """Parse and validate ``path``; raise :class:`InventoryError` on the first problem."""
     path = Path(path)
+    vars_base: Path | None = None  # where group_vars/ and host_vars/ are: beside the inventory, or in its directory
     if path.is_dir():
-        candidates = [path / "inventory.ini", path / "hosts.ini", path / "hosts"]
+        candidates = [path / "inventory.ini", path / "hosts.ini", path / "hosts", path / "inventory.yml", path / "hosts.yml"]
         found = next((c for c in candidates if c.is_file()), None)
-        if found is None:
-            raise InventoryError(f"{path}: no inventory.ini in this directory", "pass the path of the INI file")
+        if found is None:  # a directory of sources, as Ansible reads one (its group_vars/ inside it)
+            found, vars_base = path, path
         path = found
     if not path.exists() and not path.is_symlink():
-        raise InventoryError(f"inventory {path} does not exist", "pass the path of an INI inventory (megaprov lab up writes one)")
-    if path.suffix in (".yml", ".yaml", ".json"):
-        raise InventoryError(f"{path}: YAML/JSON inventories are not supported yet", "write the inventory in INI format")
-    data = values.read_bytes(path, "inventory", values.MAX_VARS_FILE_BYTES)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise InventoryError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x})", "save the inventory as UTF-8") from None
-    hosts, groups, gvars, children = parse_ini(text, str(path))
+        raise InventoryError(f"inventory {path} does not exist", "pass an inventory: INI, YAML, a directory or a script (megaprov lab up writes one)")
+    if path.is_file() and is_ini(path):
+        data = values.read_bytes(path, "inventory", values.MAX_VARS_FILE_BYTES)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise InventoryError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x})", "save the inventory as UTF-8") from None
+        hosts, groups, gvars, children = parse_ini(text, str(path))
+    else:
+        if path.is_file():
+            values.read_bytes(path, "inventory", values.MAX_VARS_FILE_BYTES)  # bounded, readable, not a FIFO
+        hosts, groups, gvars, children = parse_with_ansible(path)
+    base_dir = vars_base or path.parent
 
     for parent, kids in children.items():
         for kid in kids:
@@ -654,7 +765,7 @@ def load(path: str | Path, roles_dir: Path, defaults: Path | None = None) -> Inv
         validate_vars(section_vars, f"{path} [{group}:vars]", specs, prefixes)
         all_vars.setdefault(group, {}).update(section_vars)
     for kind, target in (("group_vars", "group"), ("host_vars", "host")):
-        base = path.parent / kind
+        base = base_dir / kind
         if not base.is_dir():
             continue
         for entry in sorted(base.iterdir()):

@@ -175,7 +175,7 @@ def _inventory_check(args: argparse.Namespace) -> Outcome:
         out = console()
         out.print(f"{found['inventory']}: valid; no host was contacted (`megaprov preflight` checks the nodes themselves)", markup=False)
         for key, value in found["settings"].items():
-            out.print(f"  {key:<22} {value}", markup=False)
+            out.print(f"  {key:<22} {value if value != '' else '(unset)'}", markup=False)
         out.print(f"  {'head':<22} {found['head']}", markup=False)
         out.print(
             f"  {'gpu_nodes':<22} {len(found['gpu_nodes'])}: {', '.join(found['gpu_nodes'][:8])}" + (" ..." if len(found["gpu_nodes"]) > 8 else ""),

@@ -230,3 +230,55 @@ def test_lab_down_removes_exactly_what_up_made(lab3):
     assert not Path(lab3["inventory"]).exists()
     volumes = subprocess.run(["podman", "volume", "ls", "--format", "{{.Name}}"], capture_output=True, text=True).stdout
     assert f"megaprov-lab-{LAB}-shared" not in volumes.split()
+
+
+def _as_ansible_sees_it(source: Path) -> dict:
+    """The lab's inventory as a YAML inventory has it: every group with its hosts, each host's own variables."""
+    from megaprov import paths
+    from megaprov.cluster import inventory as inv
+
+    found = inv.load(source, paths.roles_dir(), paths.cluster_defaults())
+    children = {
+        group: {"hosts": {name: dict(found.hosts[name].vars) or None for name in members}}
+        for group, members in found.groups.items()
+        if members and group not in ("all", "ungrouped")
+    }
+    return {"all": {"children": children}}
+
+
+def test_a_yaml_and_a_dynamic_inventory_bootstrap_the_lab(bootstrapped, tmp_path):
+    """Inventories as Ansible users keep them: the lab's, written as YAML and as an inventory script (each with the
+    lab's group_vars/ beside it), are read through ansible-core, checked as strictly as INI, and bootstrap the lab."""
+    import json
+    import shutil
+    import sys
+
+    import yaml
+
+    source = Path(bootstrapped["inventory"])
+    doc = _as_ansible_sees_it(source)
+    nodes = sorted({name for group in doc["all"]["children"].values() for name in group["hosts"]})
+    yaml_dir, script_dir = tmp_path / "yaml", tmp_path / "script"
+    for directory in (yaml_dir, script_dir):
+        shutil.copytree(source.parent / "group_vars", directory / "group_vars")
+    (yaml_dir / "cluster.yml").write_text(yaml.safe_dump(doc))
+    listing = {group: {"hosts": list(entry["hosts"])} for group, entry in doc["all"]["children"].items()}
+    hostvars = {name: vars_ for entry in doc["all"]["children"].values() for name, vars_ in entry["hosts"].items() if vars_}
+    script = script_dir / "cluster.py"
+    script.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"print('{{}}' if '--host' in sys.argv else json.dumps({json.dumps({**listing, '_meta': {'hostvars': hostvars}})!r}))\n"
+    )
+    script.chmod(0o755)
+    for inventory in (yaml_dir / "cluster.yml", script):
+        code, checked, err = megaprov("inventory", "check", "-i", str(inventory), "--output", "json")
+        assert code == 0 and checked["result"]["contacted"] is False, err
+        assert sorted(checked["result"]["gpu_nodes"]) == sorted(n for n in nodes if n in listing["gpu_nodes"]["hosts"])
+        code, run, err = megaprov("bootstrap", "-i", str(inventory), "--tags", "ssh_mesh", "--output", "json")
+        assert code == 0, err[-3000:]
+        assert sorted(h["host"] for h in run["result"]["hosts"]) == nodes and not any(h["failed"] for h in run["result"]["hosts"])
+    # the same strict checks as for INI: a bad variable in the YAML inventory is refused before any host is contacted
+    doc["all"]["vars"] = {"megaprov_gpus_per_node": "many"}
+    (yaml_dir / "cluster.yml").write_text(yaml.safe_dump(doc))
+    code, refused, err = megaprov("bootstrap", "-i", str(yaml_dir / "cluster.yml"), "--output", "json")
+    assert code == 2 and "megaprov_gpus_per_node='many' must be a whole number" in refused["error"]["message"], err

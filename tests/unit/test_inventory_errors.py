@@ -369,14 +369,16 @@ def test_the_inventory_file_itself(tmp_path):
     missing = refused(tmp_path / "nope.ini")
     assert (missing.message, missing.hint) == (
         f"inventory {tmp_path / 'nope.ini'} does not exist",
-        "pass the path of an INI inventory (megaprov lab up writes one)",
+        "pass an inventory: INI, YAML, a directory or a script (megaprov lab up writes one)",
     )
-    for name in ("hosts.yml", "hosts.yaml", "hosts.json"):
-        (tmp_path / name).write_text("{}\n")
+    for name, text in (("hosts.yml", "all: {}\n"), ("hosts.yaml", "all: {}\n"), ("hosts.json", '{"all": {}}\n')):  # read by Ansible: empty
+        (tmp_path / name).write_text(text)
         err = refused(tmp_path / name)
-        assert (err.message, err.hint) == (f"{tmp_path / name}: YAML/JSON inventories are not supported yet", "write the inventory in INI format")
-    err = refused(tmp_path)
-    assert (err.message, err.hint) == (f"{tmp_path}: no inventory.ini in this directory", "pass the path of the INI file")
+        assert err.message == f"{tmp_path / name}: group [head] is missing or empty", err.message
+    for name in ("hosts.yml", "hosts.yaml", "hosts.json"):
+        (tmp_path / name).unlink()
+    err = refused(tmp_path)  # an empty directory: Ansible reads no source in it
+    assert "Ansible cannot read this inventory" in err.message, err.message
     (tmp_path / "hosts").write_text("[head]\nh3\n[gpu_nodes]\nn3\n")
     assert inv.load(tmp_path, ROLES, DEFAULTS).head == "h3"
     (tmp_path / "hosts.ini").write_text("[head]\nh2\n[gpu_nodes]\nn2\n")
