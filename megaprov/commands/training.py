@@ -381,7 +381,7 @@ def _job_attach(args: argparse.Namespace) -> Outcome:
     inventory = args.inventory or str(job.inventory)
     spec, text = launch.read(str(job.local_dir / "spec.yml"))
     state = jobs.job_state(job)
-    if state not in ("starting", "running"):
+    if state not in ("starting", "running", "submitted"):
         raise UsageError(f"job {job.name} is {state}, not running", f"`megaprov job status {job.name}` shows its verdict")
     found, _ = launch.cluster(spec, inventory, launch.Shape(len(job.hosts) if job.launcher != "slurm" else None))
     planned = planner.plan(spec, found)

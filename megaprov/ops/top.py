@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import shlex
 import socket
 import subprocess
 import time
@@ -195,18 +194,10 @@ def answers(host: str, port: int, timeout: float = 3.0) -> bool:
 
 
 def tunnel_argv(found: inv.Inventory, local_port: int, host: str, port: int) -> list[str]:
-    """ssh to the head with the inventory's connection settings (user, port, key, its options: host keys stay
-    pinned as Ansible pins them), forwarding a local port to Prometheus. Pure."""
-    head = found.head
-    argv = ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
-    argv += ["-L", f"127.0.0.1:{local_port}:{host}:{port}"]
-    for var, flag in (("ansible_port", "-p"), ("ansible_user", "-l"), ("ansible_ssh_private_key_file", "-i")):
-        value = found.host_var(head, var)
-        if value not in (None, ""):
-            argv += [flag, str(value)]
-    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        argv += shlex.split(str(found.host_var(head, var, "") or ""))
-    return [*argv, "--", str(found.host_var(head, "ansible_host", head))]
+    """ssh to the head with the inventory's connection settings, forwarding a local port to Prometheus. Pure."""
+    from megaprov.cluster.sshcmd import ssh_argv
+
+    return ssh_argv(found, found.head, "-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local_port}:{host}:{port}")
 
 
 def _free_port() -> int:

@@ -29,7 +29,7 @@ from megaprov.errors import EnvironmentProblem, ExitCode, HostsUnreachable, Mega
 from megaprov.output import RunProgress
 from megaprov.owner import as_owner_of
 from megaprov.paths import PACKAGE_DIR, fact_cache_dir, state_dir
-from megaprov.training import follow, jobmeta, launchers, render, verdict
+from megaprov.training import follow, jobdir, jobmeta, launchers, render, verdict
 from megaprov.training.jobspec import JobSpec
 from megaprov.training.planner import Cluster, Plan
 
@@ -62,16 +62,19 @@ class Job:
 
 
 def controller_root(found: inv.Inventory, shared: str) -> Path:
+    """Where this machine reads the shared directory: its mount (megaprov_controller_shared_dir, else the path the
+    nodes use), or, where it has none, a mirror kept through the head (megaprov.training.jobdir)."""
     first = found.hosts_of("gpu_nodes")[0]
     configured = str(found.host_var(first, "megaprov_controller_shared_dir", "") or "")
     root = Path(configured or shared)
-    if not root.is_dir():
-        where = f"megaprov_controller_shared_dir={configured}" if configured else f"megaprov_shared_dir={shared}"
+    if root.is_dir():
+        return root
+    if configured:  # said to be mounted here, and it is not: a mistake, not a laptop
         raise EnvironmentProblem(
-            f"this machine does not see the cluster's shared directory ({where} is not a directory here)",
-            "run megaprov on a node that mounts it (the head), or set megaprov_controller_shared_dir to where it is mounted here",
+            f"this machine does not see the cluster's shared directory (megaprov_controller_shared_dir={configured} is not a directory here)",
+            "mount it there, or drop megaprov_controller_shared_dir: megaprov then reads the job directories through the head",
         )
-    return root
+    return jobdir.mirror_root(found, shared)
 
 
 def shared_view(inventory_path: str | Path) -> Path:
@@ -114,6 +117,7 @@ def find(name: str, inventory_path: str | None = None) -> Job:
         raise UsageError(f"no job {name!r} is known on this machine", "pass -i INVENTORY of the cluster it ran on (megaprov jobs lists known jobs)")
     if local is None or not (local / "job.json").is_file():
         local = shared_view(inventory) / "jobs" / name
+    jobdir.refresh(local)  # through the head where this machine does not mount the shared directory
     if not (local / "job.json").is_file():
         raise UsageError(f"no job {name!r} in {local.parent}", "megaprov jobs lists the jobs")
     meta = jobmeta.load(local / "job.json", name)
@@ -140,6 +144,10 @@ def listing(inventory_path: str | None) -> list[dict[str, Any]]:
             dirs[data["name"]] = Path(data["local_dir"])
     if inventory_path:
         jobs_dir = shared_view(inventory_path) / "jobs"
+        if jobdir.is_remote(jobs_dir):
+            for name in jobdir.list_jobs(jobs_dir.parent):
+                if values.JOB_NAME.fullmatch(name):
+                    jobdir.refresh(jobs_dir / name)
         for found in sorted(jobs_dir.glob("*/job.json")) if jobs_dir.is_dir() else []:
             dirs.setdefault(found.parent.name, found.parent)
     rows = []
@@ -306,6 +314,7 @@ def start(
     found = inv.load(inventory_path, paths.roles_dir(), paths.cluster_defaults())
     hosts = [n.host for n in rendered.nodes]
     job = locate(found, spec.name, cluster.shared_dir, hosts, rendered.checkpoint_dir)
+    jobdir.refresh(job.local_dir)  # a job of that name on the head, where this machine has no mount
     exists = (job.local_dir / "job.json").is_file()
     if exists and not resume:
         raise UsageError(
@@ -430,6 +439,7 @@ def unit_states(job: Job, quiet: bool) -> dict[str, dict[str, str]]:
 def node_log(job: Job, node: str | None, lines: int, pattern: re.Pattern[str] | None = None) -> tuple[str, list[str]]:
     """A node's log of the job (default: the last node, where the last rank prints): its last ``lines`` lines, those
     matching ``pattern`` where one is given. A Slurm job's nodes are its current allocation's, named as Slurm names them."""
+    jobdir.refresh(job.local_dir, jobdir.FOLLOWED)
     nodes = (launchers.of(job.launcher).log_hosts(job) if job.launcher == "slurm" else []) or job.hosts
     host = node or nodes[-1]
     if host not in nodes:
@@ -460,6 +470,7 @@ def follow_log(job: Job, node: str | None, lines: int, emit: Callable[[str], Non
     spec = None
     try:
         while True:
+            jobdir.refresh(job.local_dir)  # through the head where this machine has no mount
             if path.is_file():
                 with path.open("rb") as handle:
                     if path.stat().st_size < offset:  # truncated or replaced: from its start
@@ -497,6 +508,7 @@ def set_state(job: Job, state: str, **extra: Any) -> None:
     with as_owner_of(job.local_dir):
         tmp.write_text(json.dumps(meta, indent=2) + "\n")
         tmp.replace(path)
+    jobdir.push(job.local_dir, "job.json")
 
 
 # ---- following and judging
@@ -578,8 +590,15 @@ def follow_job(
                 on_progress(_progress(job.name, log))
         return news
 
+    remote = jobdir.is_remote(job.local_dir)
+    pushed = 0.0
     try:
         while True:
+            if remote:  # the nodes' new lines, through the head; the metrics Prometheus reads, back to it now and then
+                jobdir.refresh(job.local_dir, jobdir.FOLLOWED)
+                if time.monotonic() - pushed > METRICS_PUSH_S:
+                    jobdir.push(job.local_dir, "metrics.prom")
+                    pushed = time.monotonic()
             current = launcher.log_hosts(job)  # a Slurm job's current allocation (a continuation may differ)
             for host in current:
                 if host not in readers:
@@ -632,6 +651,7 @@ def follow_job(
 
 
 WAIT_POLL = 5.0  # seconds between questions to Slurm while no node runs the job
+METRICS_PUSH_S = 10.0  # seconds between copies of metrics.prom to the head (a controller without the shared mount)
 RUNNING_POLL = 30.0  # and while one does
 
 
@@ -709,6 +729,7 @@ def conclude(
     report = verdict.report_dict(meta, judged, log, measured, commands, timing)
     follow.write_metrics(job.local_dir, job.name, log, outcome.state, metrics_targets(spec, planned))
     paths = verdict.write_report(job.local_dir, report, log.series())
+    jobdir.push(job.local_dir, "metrics.jsonl", "metrics.prom", *(p.name for p in paths.values()))
     set_state(job, outcome.state, verdict="passed" if judged.passed else "failed", ended=follow.utc_now())
     return judged, report, paths
 
@@ -743,6 +764,7 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
     whose units all gave up is judged failed. Returns whether a verdict was written."""
     from megaprov.training import launch, planner
 
+    jobdir.refresh(job.local_dir)
     meta_path = job.local_dir / "job.json"
     if (job.local_dir / "report.json").is_file() or not meta_path.is_file():
         return False

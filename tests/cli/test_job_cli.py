@@ -179,12 +179,19 @@ def test_train_refuses_a_job_that_does_not_fit(capsys, tmp_path):
 
 
 def test_train_where_this_machine_cannot_see_the_shared_directory(capsys, tmp_path, monkeypatch):
+    """No mount here: the job directory is read through the head (megaprov.training.jobdir); a head that does not
+    answer SSH is exit 4 before anything runs. A mount the inventory names that is not there is this machine's fault."""
     monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
     inv = cpu_inventory(tmp_path, shared=str(tmp_path / "not-mounted"))
+    inv.write_text(inv.read_text().replace("head ansible_host=10.1.0.1", "head ansible_host=127.0.0.1 ansible_port=1"))
     code, _, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "-i", inv)
-    assert code == ExitCode.ENVIRONMENT
-    assert "does not see the cluster's shared directory" in err and "megaprov_controller_shared_dir" in err
+    assert code == ExitCode.UNREACHABLE, err
+    assert "the job directory cannot be read through the head head" in err and "Connection refused" in err
     assert not (tmp_path / "state" / "runs").exists()  # refused before any Ansible run
+    with inv.open("a") as f:
+        f.write(f"megaprov_controller_shared_dir={tmp_path / 'mnt'}\n")
+    code, _, err = run(capsys, "train", "--job", JOBS / "lab-tiny.yml", "-i", inv)
+    assert code == ExitCode.ENVIRONMENT and "megaprov_controller_shared_dir=" in err and "through the head" in err, err
 
 
 def test_train_flags_are_checked_before_anything_runs(capsys, tmp_path):

@@ -259,3 +259,44 @@ def test_resuming_a_running_job_says_it_runs_and_how_to_follow_it(cluster, tmp_p
         assert "port" not in err.split(":", 1)[0] and "another job" not in err
     finally:
         megaprov("job", "stop", name, "--output", "json")
+
+
+def laptop_inventory(cluster, tmp_path):
+    """The lab's inventory as an operator's laptop has it: the same nodes and settings, but this machine does not
+    mount the shared directory (no megaprov_controller_shared_dir, and /shared does not exist here)."""
+    assert not Path("/shared").exists(), "this machine has a /shared: it would be read as the mount"
+    source = Path(cluster["inventory"])
+    laptop = tmp_path / "laptop"
+    (laptop / "group_vars").mkdir(parents=True)
+    (laptop / "inventory.ini").write_text(source.read_text())
+    kept = [line for line in (source.parent / "group_vars" / "all.yml").read_text().splitlines() if "megaprov_controller_shared_dir" not in line]
+    (laptop / "group_vars" / "all.yml").write_text("\n".join(kept) + "\n")
+    return str(laptop / "inventory.ini")
+
+
+def test_a_controller_without_the_shared_mount_trains_through_the_head(cluster, tmp_path):
+    """From a laptop: the job starts, is re-attached after --detach and followed to its verdict, its log is followed
+    with -f, and `jobs` lists it, all through the head; what the controller writes (job.json, the report) is on the
+    shared directory as if it had been written there."""
+    inventory = laptop_inventory(cluster, tmp_path)
+    name = "tiny-laptop"
+    spec = job_file(tmp_path, name, **{"train.train_iters": 30})
+    code, doc, err = megaprov("train", "-f", spec, "-i", inventory, "--detach", "-o", "json")
+    assert code == 0 and doc["result"]["state"] == "running", err[-3000:]
+    record = json.loads((jobs._index() / f"{name}.json").read_text())
+    assert "/remote/" in record["local_dir"], record  # the mirror kept through the head, not a mount
+    code, doc, err = megaprov("job", "attach", name, "-o", "json")
+    assert code == 0, err[-3000:]
+    assert doc["command"] == "job attach" and doc["result"]["verdict"] == "passed", doc["result"]
+    shared = cluster["shared"] / "jobs" / name  # what the nodes' shared directory holds, seen through the lab's volume
+    assert json.loads((shared / "report.json").read_text())["verdict"] == "passed"
+    assert json.loads((shared / "job.json").read_text())["state"] == "finished"
+    proc = subprocess.run(
+        [sys.executable, "-m", "megaprov", "job", "logs", name, "--node", "node2", "-f", "--lines", "5"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "torchrun exited with 0" in proc.stdout and len(proc.stdout.splitlines()) <= 6, proc.stdout
+    code, doc, err = megaprov("jobs", "-i", inventory, "-o", "json")
+    row = next(j for j in doc["result"]["jobs"] if j["name"] == name)
+    assert code == 0 and row["verdict"] == "passed" and "/remote/" in row["job_dir"], row
