@@ -102,12 +102,20 @@ def _prepare(args: argparse.Namespace) -> Outcome:
     if args.inventory:
         args.output_prefix = shared_prefix(args.inventory, args.output_prefix)
 
+    pending: list[str] = []
+
     def progress(p: Any) -> None:
+        # each line is shown when the next one comes: the last one would only repeat the summary that ends the run
         if not quiet:
-            err.print(jobview.progress_line(p), markup=False)
+            if pending:
+                err.print(pending.pop(), markup=False)
+            pending.append(jobview.progress_line(p))
 
     spec = data.TokenizerSpec(args.tokenizer, args.vocab_file, args.merge_file, args.tokenizer_path, args.eod_token)
-    result = data.prepare(args.input, args.output_prefix, spec, args.json_keys, args.workers, args.append_eod, progress, progress_every=5.0)
+    # the final figures are the result (stdout), not one more progress line (stderr)
+    result = data.prepare(
+        args.input, args.output_prefix, spec, args.json_keys, args.workers, args.append_eod, progress, progress_every=5.0, final_progress=False
+    )
     p = result.progress
     return Outcome(
         "data prepare",
@@ -123,6 +131,7 @@ def _prepare(args: argparse.Namespace) -> Outcome:
             "bytes": p.bytes_in,
             "skipped_empty": p.skipped_empty,
             "seconds": p.seconds,
+            "startup_seconds": round(p.startup_seconds, 3),
             "docs_per_second": p.docs_per_second,
             "tokens_per_second": p.tokens_per_second,
         },

@@ -18,6 +18,7 @@ refused for the same reason). Inputs are still read as root.
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import time
@@ -241,14 +242,28 @@ class Progress:
     bytes_in: int = 0
     skipped_empty: int = 0
     seconds: float = 0.0
+    # until the first batch was back (workers spawned, the tokenizer loaded): the rates are from then on
+    startup_seconds: float = 0.0
+    startup_docs: int = 0
+    startup_tokens: int = 0
+
+    @property
+    def steady(self) -> bool:
+        """Whether the rates are from after the start-up (more than one batch came back, and time passed since)."""
+        return bool(self.startup_seconds) and self.seconds > self.startup_seconds and self.docs > self.startup_docs
+
+    def _rate(self, count: int, before: int) -> float:
+        if self.steady:
+            return (count - before) / (self.seconds - self.startup_seconds)
+        return count / self.seconds if self.seconds else 0.0
 
     @property
     def docs_per_second(self) -> float:
-        return self.docs / self.seconds if self.seconds else 0.0
+        return self._rate(self.docs, self.startup_docs)
 
     @property
     def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds if self.seconds else 0.0
+        return self._rate(self.tokens, self.startup_tokens)
 
 
 @dataclass
@@ -292,6 +307,7 @@ def prepare(
     on_progress: Callable[[Progress], None] | None = None,
     progress_every: float = 1.0,
     owner: Owner | None = None,
+    final_progress: bool = True,
 ) -> PrepareResult:
     """Tokenise JSONL ``inputs`` into ``<output_prefix>_<key>_document.{bin,idx}`` per JSON key.
 
@@ -335,6 +351,8 @@ def prepare(
             progress.bytes_in += encoded.bytes_in
             progress.skipped_empty += encoded.skipped_empty
             now = time.monotonic()
+            if not progress.startup_seconds:
+                progress.startup_seconds, progress.startup_docs, progress.startup_tokens = now - start, progress.docs, progress.tokens
             if on_progress and now - last >= progress_every:
                 progress.seconds = now - start
                 on_progress(progress)
@@ -357,7 +375,7 @@ def prepare(
                     for ext in (".bin", ".idx"):
                         Path(tmp[key] + ext).unlink(missing_ok=True)
     progress.seconds = time.monotonic() - start
-    if on_progress:
+    if on_progress and final_progress:
         on_progress(progress)
     return PrepareResult(names, files, tokenizer.type, tok.vocab_size, tok.eod, workers, progress)
 
@@ -400,6 +418,8 @@ def _builders(tmp: dict[str, str], keys: tuple[str, ...], vocab_size: int, owner
     try:
         with warnings.catch_warnings():  # megatron-core announces at import that CPU-only nodes lack TE and apex
             warnings.filterwarnings("ignore", message=r".*(Transformer Engine|Apex).*not installed", category=UserWarning)
+            # and torch's extension builder that a machine without CUDA has no CUDA runtime: not data prepare's concern
+            logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
             from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
     except ImportError:
         raise EnvironmentProblem("megatron-core is not installed", "pip install 'megaprov[train]' (megatron-core writes the .bin/.idx)") from None

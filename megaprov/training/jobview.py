@@ -232,7 +232,8 @@ def write_dry_run(directory: Path, plan: dict[str, Any], rendered: Rendered) -> 
 def progress_line(p: Progress) -> str:
     return (
         f"data: {p.docs:,} docs, {p.tokens:,} tokens, {p.bytes_in / 1e6:.1f} MB in {p.seconds:.1f} s "
-        f"({p.docs_per_second:,.0f} docs/s, {p.tokens_per_second:,.0f} tokens/s)"
+        f"({p.docs_per_second:,.0f} docs/s, {p.tokens_per_second:,.0f} tokens/s"
+        + (f" after {p.startup_seconds:.1f} s of start-up)" if p.steady else ")")
     )
 
 

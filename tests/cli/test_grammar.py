@@ -449,3 +449,22 @@ def test_shell_completion_answers_from_the_parser(tmp_path, line, expected):
 def test_completion_prints_the_shell_code(capsys, shell):
     code, out, _ = run(capsys, "completion", shell)
     assert code == ExitCode.OK and "_ARGCOMPLETE" in out and "megaprov" in out
+
+
+def test_data_prepare_says_its_figures_once_and_leaks_no_cuda_warning(tmp_path):
+    """The last progress line came twice (stderr, then the summary on stdout), and torch's extension builder warned
+    "No CUDA runtime is found" on a machine that names a CUDA_HOME but has no GPU; the rates left start-up out."""
+    pytest.importorskip("megatron.core")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"document {i} " * 20}) + "\n" for i in range(300)))
+    cuda_home = tmp_path / "cuda"
+    (cuda_home / "bin").mkdir(parents=True)
+    env = dict(os.environ, NO_COLOR="1", CUDA_HOME=str(cuda_home))
+    proc = subprocess.run(
+        [sys.executable, "-m", "megaprov", "data", "prepare", "--input", str(corpus), "--output-prefix", str(tmp_path / "ds")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "No CUDA runtime" not in proc.stderr + proc.stdout, proc.stderr
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("data: 300 docs")]
+    assert len(said) == 1 and "docs/s" in said[0], proc.stdout + proc.stderr
