@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from megaprov import paths
+from megaprov.cluster import history, runner
 from megaprov.cluster import inventory as inv
-from megaprov.cluster import runner
 from megaprov.cluster.stages import KNOWN_TAGS, STAGES
 from megaprov.errors import ExitCode, UsageError
 from megaprov.output import RunProgress, console, host_table, verdict_table
@@ -286,7 +286,8 @@ def bootstrap(request: Request) -> Report:
     result = _execute(request, spec, inventory, (*collect, PROOF_ACTION))
     expanded, proofs = expand_proofs(result.results, collect)
     result = dataclasses.replace(result, results=expanded)
-    stages = stage_seconds(result.plays, stage_plays(spec.playbook.parent), time.time())
+    stage_of = stage_plays(spec.playbook.parent)
+    stages = stage_seconds(result.plays, stage_of, time.time())
     code, error = _judge(result)
     checks, nodes = _preflight_rows(result)
     gpu = {item.host: gpu_summary(item.res) for item in result.results if item.action == GPU_ACTION and "action" in item.res}
@@ -322,7 +323,7 @@ def bootstrap(request: Request) -> Report:
         for item in result.results
         if item.action == FABRIC_ACTION and "summary" in item.res
     }
-    return _report(
+    report = _report(
         inventory,
         "bootstrap.yml",
         result,
@@ -343,6 +344,8 @@ def bootstrap(request: Request) -> Report:
         proofs=proofs,
         verify=bool(spec.options.extravars.get("megaprov_verify")),
     )
+    history.record_bootstrap(inventory.path, report, stage_of, request.options.check)  # for `megaprov status`
+    return report
 
 
 def _of(result: runner.RunResult, action: str) -> list[runner.TaskResult]:

@@ -75,6 +75,71 @@ def register(sub: Any) -> None:
     top.add_argument("--once", action="store_true", help="print one snapshot and exit")
     top.set_defaults(handler=_top)
 
+    status = command(
+        sub,
+        "status",
+        "status",
+        "the cluster at a glance: each node's last bootstrap per stage, Slurm's node states, jobs, alerts, doctor's findings",
+        [
+            "megaprov status -i inventory.ini",
+            "megaprov status --recorded          # only what this machine recorded: asks no host",
+            "megaprov status -o json",
+        ],
+    )
+    inventory_flag(status)
+    status.add_argument("--recorded", action="store_true", help="what this machine recorded only (no Slurm or Prometheus question)")
+    status.set_defaults(handler=_status)
+
+
+def _status(args: argparse.Namespace) -> Outcome:
+    from megaprov.cluster.stages import STAGES
+    from megaprov.ops import status
+
+    path = need_inventory(args)
+    found = status.gather(path, probe=not args.recorded, quiet=args.output == "json")
+
+    def show() -> None:
+        from rich.table import Table
+
+        out = console()
+        last = found["last_bootstrap"]
+        if last:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(last["at"]))
+            out.print(f"last bootstrap: {when}, {'ok' if last['ok'] else 'failed: ' + str(last['error'])}", markup=False)
+        else:
+            out.print("last bootstrap: none recorded on this machine", markup=False)
+        order = [stage for stage, _ in STAGES]
+        table = Table(title=f"status of {found['inventory']}", title_justify="left")
+        for column in ("node", "groups", "stages (last bootstrap)", "slurm", "up", "doctor"):
+            table.add_column(column)
+        for node, row in found["nodes"].items():
+            stages = row["stages"]
+            bad = [f"{s} {stages[s]}" for s in order if stages.get(s, "ok") != "ok"]
+            done = [s for s in order if stages.get(s) == "ok"]
+            text = ("; ".join(bad) + ("; " if bad and done else "")) if bad else ""
+            text += f"{len(done)} ok" if done else ("" if bad else "-")
+            slurm = row.get("slurm")
+            table.add_row(
+                node,
+                ",".join(row["groups"]),
+                text,
+                f"{slurm['state']}" + (f" ({slurm['reason']})" if slurm and slurm["reason"] not in ("", "none") else "") if slurm else "-",
+                {True: "up", False: "DOWN"}.get(row.get("up"), "-"),
+                ",".join(row["doctor"]) or "-",
+            )
+        out.print(table)
+        for job in found["jobs"]:
+            out.print(f"job {job['name']}: {job['state']}, verdict {job['verdict'] or '-'}, started {job['started']}", markup=False)
+        for alert in found["alerts"]:
+            out.print(f"alert {alert['name']} ({alert['severity']}) {alert['where']}", markup=False)
+        if found["doctor"]:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(found["doctor"]["at"]))
+            out.print(f"doctor: {found['doctor']['errors']} error finding(s) at {when} ({found['doctor']['level']})", markup=False)
+        for problem in found["problems"]:
+            out.print(f"not asked: {problem}", markup=False)
+
+    return Outcome("status", found, text=show)
+
 
 def _job_name(args: argparse.Namespace) -> str | None:
     """--name NAME, or the first releases' --job NAME (with a note)."""

@@ -202,6 +202,7 @@ def test_json_output_of_the_offline_commands_validates(capsys, tmp_path, monkeyp
         (["job", "check", "-f", JOBS / "lab-tiny.yml"], ExitCode.OK),
         (["plan", "-f", JOBS / "gpt3-175b-128nodes.yml", "--gpu", "H100-SXM", "--suggest", "--top", "2"], ExitCode.OK),
         (["jobs"], ExitCode.OK),
+        (["status", "-i", ROOT / "inventories" / "example", "--recorded"], ExitCode.OK),
         (["data", "corpus", "--output-file", corpus, "--documents", "10"], ExitCode.OK),
         (["data", "corpus", "--output-file", tmp_path / "missing" / "c.jsonl"], ExitCode.USAGE),
         (["doctor", "--log", ROOT / "tests" / "doctor_corpus" / "lab" / "nan_loss.log"], None),

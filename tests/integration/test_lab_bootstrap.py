@@ -282,3 +282,25 @@ def test_a_yaml_and_a_dynamic_inventory_bootstrap_the_lab(bootstrapped, tmp_path
     (yaml_dir / "cluster.yml").write_text(yaml.safe_dump(doc))
     code, refused, err = megaprov("bootstrap", "-i", str(yaml_dir / "cluster.yml"), "--output", "json")
     assert code == 2 and "megaprov_gpus_per_node='many' must be a whole number" in refused["error"]["message"], err
+
+
+def test_status_shows_the_cluster_at_a_glance(bootstrapped):
+    """Each node's last bootstrap result per stage (recorded by the bootstrap), Slurm's node states and Prometheus's
+    view (asked now), the jobs; --recorded asks no host."""
+    inventory = bootstrapped["inventory"]
+    code, _, err = megaprov("bootstrap", "-i", inventory, "--tags", "ssh_mesh", "--output", "json")
+    assert code == 0, err[-3000:]
+    code, doc, err = megaprov("status", "-i", inventory, "-o", "json")
+    assert code == 0, err[-3000:]
+    result = doc["result"]
+    names = [n["name"] for n in bootstrapped["nodes"]]
+    assert sorted(result["nodes"]) == sorted(names) and result["last_bootstrap"]["ok"] is True
+    for name in names:
+        node = result["nodes"][name]
+        assert node["stages"]["ssh_mesh"] == "ok", node
+        assert node["slurm"]["state"] in ("idle", "mixed", "allocated", "completing"), node  # sinfo on the controller, now
+        assert node["up"] is True, node  # Prometheus's node-exporter target
+    assert result["asked"] == ["alerts", "slurm"] and result["problems"] == [], result["problems"]
+    code, recorded, err = megaprov("status", "-i", inventory, "--recorded", "-o", "json")
+    assert code == 0 and recorded["result"]["asked"] == [] and "slurm" not in recorded["result"]["nodes"][names[0]], err
+    assert recorded["result"]["nodes"][names[0]]["stages"]["ssh_mesh"] == "ok"

@@ -1,0 +1,119 @@
+"""``megaprov status``: the cluster at a glance, from what megaprov recorded and what answers now.
+
+Recorded on this machine: each node's last bootstrap result per stage (every bootstrap adds the stages it ran), the
+last doctor findings, the jobs. Asked now (unless ``--recorded``): Slurm's node states (sinfo on the controller,
+through Ansible) and, where the observe stage runs, Prometheus's view of the nodes and the firing alerts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from megaprov import paths, values
+from megaprov.cluster import inventory as inv
+from megaprov.cluster import runner
+from megaprov.cluster.history import read_status, status_file
+from megaprov.errors import MegaprovError
+from megaprov.paths import fact_cache_dir, state_dir
+
+MAX_SINFO = 1 << 20
+
+
+def slurm_states(found: inv.Inventory, quiet: bool) -> dict[str, dict[str, str]]:
+    """node -> {state, reason} from sinfo on the Slurm controller, or {} where the cluster has no Slurm."""
+    if str(found.host_var(found.head, "megaprov_scheduler", "none")) != "slurm":
+        return {}
+    from megaprov.output import RunProgress
+    from megaprov.training.jobs import submit_host
+
+    host = submit_host(found)
+    spec = runner.RunSpec(
+        playbook=paths.playbook("cluster_status.yml"),
+        inventories=(found.path,),
+        private_data_dir=runner.new_private_dir(state_dir(), "status"),
+        collections_root=paths.collections_root(),
+        fact_cache_dir=fact_cache_dir(found.path),
+        options=runner.RunOptions(extravars={"megaprov_status": {"host": host}}),
+    )
+    progress = RunProgress(total_hosts=1, quiet=quiet)
+    try:
+        result = runner.run(spec, progress, ("ansible.builtin.command", "command"))
+    finally:
+        progress.stop()
+    if not result.ok:
+        from megaprov.errors import HostsUnreachable, RunFailed
+
+        why = result.failures[0].message if result.failures else result.error_line or result.status
+        if any(f.unreachable for f in result.failures):
+            raise HostsUnreachable(f"status: the Slurm controller {host} is unreachable: {why}", "check that it runs and answers SSH")
+        raise RunFailed(f"status: sinfo on {host} failed: {why}", f"see {result.artifacts}/stdout")
+    text = "".join(str(t.res.get("stdout", "")) for t in result.results)[:MAX_SINFO]
+    return parse_sinfo(text)
+
+
+def parse_sinfo(text: str) -> dict[str, dict[str, str]]:
+    """sinfo --Node --format=%N|%T|%E lines -> node -> state, reason (a node in several partitions once). Pure."""
+    out: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        node, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        if node.strip() and node.strip() not in out:
+            out[values.printable(node.strip())] = {"state": values.printable(state.strip()), "reason": values.printable(reason.strip())}
+    return out
+
+
+def gather(inventory: str, probe: bool, quiet: bool) -> dict[str, Any]:
+    from megaprov.ops.doctor import health
+    from megaprov.training import jobs
+
+    found = inv.load(inventory, paths.roles_dir(), paths.cluster_defaults())
+    recorded = read_status(status_file(found.path))
+    stages = recorded.get("stages") or {}
+    doctor = health._read_json(health.findings_file(found.path)) or {}  # noqa: SLF001 (the same file doctor writes)
+    findings = doctor.get("findings") or [] if isinstance(doctor, dict) else []
+    nodes: dict[str, dict[str, Any]] = {}
+    for host in found.hosts:
+        nodes[host] = {
+            "groups": sorted(g for g in found.hosts[host].groups if g not in ("all", "ungrouped")),
+            "stages": {stage: entry["hosts"][host] for stage, entry in stages.items() if host in entry.get("hosts", {})},
+            "doctor": sorted({f["code"] for f in findings if isinstance(f, dict) and f.get("node") == host and f.get("severity") == "error"}),
+        }
+    asked: dict[str, Any] = {}
+    problems: list[str] = []
+    if probe:
+        try:
+            slurm = slurm_states(found, quiet)
+            for host, state in slurm.items():
+                if host in nodes:
+                    nodes[host]["slurm"] = state
+            asked["slurm"] = bool(slurm)
+        except MegaprovError as exc:
+            problems.append(exc.one_line())
+        if inv.as_bool(found.host_var(found.head, "megaprov_observe", False)):
+            from megaprov.ops import top
+
+            try:
+                with top.prometheus(found, None) as url:
+                    snap = top.snapshot(url)
+                for row in snap.nodes:
+                    if row.node in nodes:
+                        nodes[row.node]["up"] = row.up
+                asked["alerts"] = [{"name": a.name, "severity": a.severity, "where": a.where} for a in snap.alerts]
+            except MegaprovError as exc:
+                problems.append(exc.one_line())
+    try:
+        listed = jobs.listing(inventory if probe else None)  # --recorded: the jobs this machine knows, asking no host
+    except MegaprovError as exc:
+        listed, problems = [], [*problems, exc.one_line()]
+    live = ("starting", "running", "submitted")
+    errors = [f for f in findings if isinstance(f, dict) and f.get("severity") == "error"]
+    return {
+        "inventory": str(found.path),
+        "last_bootstrap": recorded.get("last"),
+        "nodes": nodes,
+        # the running jobs, then the five latest of the others
+        "jobs": [j for j in listed if j.get("state") in live] + [j for j in listed if j.get("state") not in live][:5],
+        "alerts": asked.get("alerts", []),
+        "doctor": {"at": doctor.get("at"), "level": doctor.get("level"), "errors": len(errors)} if doctor else None,
+        "asked": sorted(asked),
+        "problems": problems,
+    }
