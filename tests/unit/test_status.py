@@ -9,7 +9,8 @@ from megaprov.ops import status
 
 def report(stages, failures=(), ok=True):
     hosts = [HostStats("localhost"), HostStats("n1"), HostStats("n2")]
-    return SimpleNamespace(hosts=hosts, stages=[{"stage": s, "seconds": 1.0} for s in stages], failures=list(failures), ok=ok, exit_code=0, error=None)
+    ran = [{"stage": s, "seconds": 1.0} for s in stages]
+    return SimpleNamespace(hosts=hosts, stages=ran, failures=list(failures), ok=ok, exit_code=0, error=None)
 
 
 def test_each_bootstrap_adds_the_stages_it_ran(tmp_path, monkeypatch):
