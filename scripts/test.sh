@@ -30,8 +30,9 @@ if [ -z "${MEGAPROV_SKIP_PY312:-}" ] && [ -n "$PY312" ] && [ "$(.venv/bin/python
   if [ ! -f "$stamp312" ]; then
     [ -x .venv312/bin/python ] || "$PY312" -m venv .venv312
     # No torch here (its CPU wheel on this disk is for 3.11): the data tests skip, saying so.
-    # grafana-foundation-sdk: test_dashboards checks the dashboards against Grafana's schema (the pin of the test extras)
-    .venv312/bin/pip install -q -e ".[mitogen]" pytest hypothesis "$(grep -o '"grafana-foundation-sdk==[^"]*"' pyproject.toml | tr -d '"')"
+    # grafana-foundation-sdk: test_dashboards checks the dashboards against Grafana's schema (the pin of the test extras);
+    # jsonschema: test_grammar validates the JSON envelope against its schema
+    .venv312/bin/pip install -q -e ".[mitogen]" pytest hypothesis "jsonschema>=4.18" "$(grep -o '"grafana-foundation-sdk==[^"]*"' pyproject.toml | tr -d '"')"
     touch "$stamp312"
   fi
   # promtool and amtool, which setup.sh takes out of Debian's packages, for test_alert_rules

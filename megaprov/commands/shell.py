@@ -27,7 +27,9 @@ def register(sub: Any) -> None:
 
 
 def _completion(args: argparse.Namespace) -> Outcome:
-    from argcomplete.shell_integration import shellcode
+    import importlib
 
-    code: str = shellcode(["megaprov"], shell=args.shell)  # type: ignore[no-untyped-call]
+    # looked up by name: argcomplete's type hints differ between its releases, and the pin allows several
+    shellcode = importlib.import_module("argcomplete.shell_integration").shellcode
+    code = str(shellcode(["megaprov"], shell=args.shell))
     return Outcome("completion", {"shell": args.shell, "code": code}, text=lambda: print(code, end=""))
