@@ -66,7 +66,7 @@ class Channel:
         user = str(found.host_var(found.hosts_of("gpu_nodes")[0], "megaprov_cluster_user", "megaprov"))
         values.posix_user(user, "megaprov_cluster_user")
         python = str(found.host_var(head, "ansible_python_interpreter", "") or "python3")
-        if "{{" in python:
+        if "{{" in python or python.startswith("auto"):  # a template, or Ansible's own discovery (auto, auto_silent, ...)
             python = "python3"
         login = str(found.host_var(head, "ansible_user", "") or "")
         command = [python, "-c", HELPER.read_text(), f"{shared.rstrip('/')}/jobs"]
