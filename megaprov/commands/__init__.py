@@ -57,8 +57,10 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 def leaf(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[argparse.ArgumentParser, list[str]]:
     """The (sub)command parser argv reaches, and the path of names that led there."""
     path: list[str] = []
+    value = False  # the token is the value of -o/--output given before the command
     for token in argv:
-        if token.startswith("-"):
+        if value or token.startswith("-"):
+            value = token in ("-o", "--output")
             continue
         children = _subparsers(parser)
         if token not in children:

@@ -233,6 +233,9 @@ def test_the_command_path_is_whole_and_argv_order_free(capsys):
     code, out, _ = run(capsys, "--output", "json", "job", "check", "-f", "/nonexistent.yml")
     doc = envelope(out)
     assert code == ExitCode.USAGE and doc["command"] == "job check"  # was "job" on error
+    code, out, _ = run(capsys, "-o", "json", "job", "check", "-f", "x.yml", "--nodse", "2")
+    doc = envelope(out)
+    assert code == ExitCode.USAGE and doc["command"] == "job check" and "did you mean --nodes?" in doc["error"]["fix"], doc
 
 
 def test_a_spec_error_is_an_object_with_its_field_file_and_line(capsys, tmp_path):
