@@ -265,10 +265,9 @@ def test_a_yaml_and_a_dynamic_inventory_bootstrap_the_lab(bootstrapped, tmp_path
     listing = {group: {"hosts": list(entry["hosts"])} for group, entry in doc["all"]["children"].items()}
     hostvars = {name: vars_ for entry in doc["all"]["children"].values() for name, vars_ in entry["hosts"].items() if vars_}
     script = script_dir / "cluster.py"
-    script.write_text(
-        f"#!{sys.executable}\nimport json, sys\n"
-        f"print('{{}}' if '--host' in sys.argv else json.dumps({json.dumps({**listing, '_meta': {'hostvars': hostvars}})!r}))\n"
-    )
+    # a script as Ansible runs one: --list prints the groups and _meta.hostvars as one JSON object, --host HOST an object
+    answer = json.dumps({**listing, "_meta": {"hostvars": hostvars}})
+    script.write_text(f"#!{sys.executable}\nimport sys\nprint('{{}}' if '--host' in sys.argv else {answer!r})\n")
     script.chmod(0o755)
     # the YAML inventory runs every stage (a converged lab: what a re-run checks), the script the SSH mesh
     for inventory, tags in ((yaml_dir / "cluster.yml", []), (script, ["--tags", "ssh_mesh"])):
