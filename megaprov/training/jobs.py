@@ -388,6 +388,9 @@ def start(
             units=units,
         )
         launchers.of(job.launcher).start(job, job_vars, quiet, strategy)
+    if jobdir.is_remote(job.local_dir):  # the files the nodes now have, into this machine's mirror
+        job.local_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        jobdir.refresh(job.local_dir)
     if job.slurm_id:
         set_state(job, "submitted", slurm_job_id=job.slurm_id)
     remember(job)

@@ -269,15 +269,16 @@ def test_a_yaml_and_a_dynamic_inventory_bootstrap_the_lab(bootstrapped, tmp_path
     answer = json.dumps({**listing, "_meta": {"hostvars": hostvars}})
     script.write_text(f"#!{sys.executable}\nimport sys\nprint('{{}}' if '--host' in sys.argv else {answer!r})\n")
     script.chmod(0o755)
-    # the stage that uses every host against every other (the SSH mesh, its all-pairs check): the suite's time limit
-    # leaves no room for a whole bootstrap per inventory form; both go through the same runner as the INI
-    for inventory, tags in ((yaml_dir / "cluster.yml", ["--tags", "ssh_mesh"]), (script, ["--tags", "ssh_mesh"])):
+    # the YAML inventory runs every stage (a converged lab: what a re-run checks; 322 s measured), the script the SSH
+    # mesh (its all-pairs check uses every host against every other)
+    for inventory, tags in ((yaml_dir / "cluster.yml", []), (script, ["--tags", "ssh_mesh"])):
         code, checked, err = megaprov("inventory", "check", "-i", str(inventory), "--output", "json")
         assert code == 0 and checked["result"]["contacted"] is False, err
         assert sorted(checked["result"]["gpu_nodes"]) == sorted(n for n in nodes if n in listing["gpu_nodes"]["hosts"])
         code, run, err = megaprov("bootstrap", "-i", str(inventory), *tags, "--output", "json")
         assert code == 0, err[-3000:]
-        assert sorted(h["host"] for h in run["result"]["hosts"]) == nodes and not any(h["failed"] for h in run["result"]["hosts"])
+        ran = [h for h in run["result"]["hosts"] if h["host"] != "localhost"]  # localhost: the validate play
+        assert sorted(h["host"] for h in ran) == nodes and not any(h["failed"] or h["unreachable"] for h in ran), ran
     # the same strict checks as for INI: a bad variable in the YAML inventory is refused before any host is contacted
     doc["all"]["vars"] = {"megaprov_gpus_per_node": "many"}
     (yaml_dir / "cluster.yml").write_text(yaml.safe_dump(doc))
