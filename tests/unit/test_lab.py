@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,22 @@ def test_a_lab_is_reused_only_with_the_megatron_tree_its_nodes_mount(tmp_path, m
     monkeypatch.setattr(lab, "cache_dir", lambda: tmp_path / "cache")
     with pytest.raises(UsageError, match="was made with no Megatron-LM tree \\(GitHub\\)"):
         lab.up(tmp_path, "t", 1)
+
+
+def test_a_container_removed_between_listing_and_inspecting_is_left_out(tmp_path, monkeypatch):
+    # `lab down` beside `lab status`: podman lists node1 and node2, then no longer knows node2 (or has it stuck in its
+    # removal, "container not known"); status shows the lab as it is, and does not fail on the other lab's removal.
+    fake = tmp_path / "podman"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = ps ]; then printf "megaprov-x-node1\\nmegaprov-x-node2\\n"; exit 0; fi\n'
+        'if [ "$1" = inspect ]; then\n'
+        '  for a; do case "$a" in megaprov-x-node2) echo \'Error: container not known\' >&2; exit 125;; esac; done\n'
+        '  for a; do case "$a" in megaprov-x-node1) echo "x|megaprov-x-node1|running|10.90.7.2|node1|10.90.7.2";; esac; done\n'
+        "  exit 0\n"
+        "fi\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert lab.nodes("x") == [lab.Node("node1", "megaprov-x-node1", "10.90.7.2", "running")]
