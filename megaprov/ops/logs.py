@@ -8,12 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from megaprov import paths
 from megaprov.cluster import inventory as inv
-from megaprov.cluster import runner
-from megaprov.errors import HostsUnreachable, RunFailed, UsageError
-from megaprov.output import RunProgress
-from megaprov.paths import fact_cache_dir, state_dir
+from megaprov.errors import UsageError
+from megaprov.ops import remote
 
 MAX_LINES = 10_000
 MAX_GREP = 200
@@ -76,23 +73,15 @@ def build(found: inv.Inventory, node: str | None, since: str | None, grep: str |
 
 
 def read(inventory_path: str, query: Query, quiet: bool) -> list[str]:
-    spec = runner.RunSpec(
-        playbook=paths.playbook("logs.yml"),
-        inventories=(Path(inventory_path),),
-        private_data_dir=runner.new_private_dir(state_dir(), "logs"),
-        collections_root=paths.collections_root(),
-        fact_cache_dir=fact_cache_dir(Path(inventory_path)),
-        options=runner.RunOptions(extravars={"megaprov_logs": query.vars()}),
+    text = remote.command_output(
+        Path(inventory_path),
+        "logs.yml",
+        {"megaprov_logs": query.vars()},
+        command="logs",
+        role="the head",
+        host=query.host,
+        doing="the journals could not be read",
+        limit=MAX_OUTPUT,
+        quiet=quiet,
     )
-    progress = RunProgress(total_hosts=1, quiet=quiet)
-    try:
-        result = runner.run(spec, progress, ("ansible.builtin.command", "command"))
-    finally:
-        progress.stop()
-    if not result.ok:
-        why = result.failures[0].message if result.failures else result.error_line or result.status
-        if any(f.unreachable for f in result.failures):
-            raise HostsUnreachable(f"logs: the head {query.host} is unreachable: {why}", "check that it runs and answers SSH")
-        raise RunFailed(f"logs: the journals on {query.host} could not be read: {why}", f"see {result.artifacts}/stdout")
-    text = "".join(str(t.res.get("stdout", "")) for t in result.results)[:MAX_OUTPUT]
     return [line for line in text.splitlines() if line and line != "-- No entries --"]

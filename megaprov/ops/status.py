@@ -10,10 +10,8 @@ from typing import Any
 
 from megaprov import paths, values
 from megaprov.cluster import inventory as inv
-from megaprov.cluster import runner
 from megaprov.cluster.history import read_status, status_file
 from megaprov.errors import MegaprovError
-from megaprov.paths import fact_cache_dir, state_dir
 
 MAX_SINFO = 1 << 20
 
@@ -22,31 +20,21 @@ def slurm_states(found: inv.Inventory, quiet: bool) -> dict[str, dict[str, str]]
     """node -> {state, reason} from sinfo on the Slurm controller, or {} where the cluster has no Slurm."""
     if str(found.host_var(found.head, "megaprov_scheduler", "none")) != "slurm":
         return {}
-    from megaprov.output import RunProgress
+    from megaprov.ops import remote
     from megaprov.training.jobs import submit_host
 
     host = submit_host(found)
-    spec = runner.RunSpec(
-        playbook=paths.playbook("cluster_status.yml"),
-        inventories=(found.path,),
-        private_data_dir=runner.new_private_dir(state_dir(), "status"),
-        collections_root=paths.collections_root(),
-        fact_cache_dir=fact_cache_dir(found.path),
-        options=runner.RunOptions(extravars={"megaprov_status": {"host": host}}),
+    text = remote.command_output(
+        found.path,
+        "cluster_status.yml",
+        {"megaprov_status": {"host": host}},
+        command="status",
+        role="the Slurm controller",
+        host=host,
+        doing="sinfo failed",
+        limit=MAX_SINFO,
+        quiet=quiet,
     )
-    progress = RunProgress(total_hosts=1, quiet=quiet)
-    try:
-        result = runner.run(spec, progress, ("ansible.builtin.command", "command"))
-    finally:
-        progress.stop()
-    if not result.ok:
-        from megaprov.errors import HostsUnreachable, RunFailed
-
-        why = result.failures[0].message if result.failures else result.error_line or result.status
-        if any(f.unreachable for f in result.failures):
-            raise HostsUnreachable(f"status: the Slurm controller {host} is unreachable: {why}", "check that it runs and answers SSH")
-        raise RunFailed(f"status: sinfo on {host} failed: {why}", f"see {result.artifacts}/stdout")
-    text = "".join(str(t.res.get("stdout", "")) for t in result.results)[:MAX_SINFO]
     return parse_sinfo(text)
 
 
