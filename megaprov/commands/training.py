@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from megaprov import values
 from megaprov.cluster.runner import STRATEGIES
 from megaprov.commands.base import Outcome, command, family, fraction, inventory_flag, need_inventory, note, upto
 from megaprov.errors import ExitCode, UsageError
@@ -389,7 +390,7 @@ def _job_attach(args: argparse.Namespace) -> Outcome:
 
 
 def _jobs(args: argparse.Namespace) -> Outcome:
-    from megaprov import values as typed
+
     from megaprov.commands.base import default_inventory
     from megaprov.training import jobs
 
@@ -410,7 +411,7 @@ def _jobs(args: argparse.Namespace) -> Outcome:
             out.print(
                 f"{r['name']}: {r['state']}, verdict {r['verdict'] or '-'}, {r['nodes']} node(s), started {r['started']}, "
                 + (f"Slurm job {r['slurm_job_id']}, " if r.get("slurm_job_id") else "")
-                + typed.printable(str(r["job_dir"])),
+                + values.printable(str(r["job_dir"])),
                 markup=False,
             )
 
@@ -446,6 +447,7 @@ def _job_running(args: argparse.Namespace) -> Outcome:
             host = jobs.follow_log(job, args.node, args.lines, lambda line: print(line, flush=True))
             return Outcome("job logs", {"job": job.name, "node": host}, document=True)
         host, lines = jobs.node_log(job, args.node, args.lines)
-        return Outcome("job logs", {"job": job.name, "node": host, "lines": lines}, text=lambda: print("\n".join(lines)))
+        # the lines are the job's (hostile where the job is): shown with their control characters escaped
+        return Outcome("job logs", {"job": job.name, "node": host, "lines": lines}, text=lambda: print("\n".join(map(values.printable, lines))))
     meta, status = jobview.job_status(job, jobs.unit_states(job, quiet=True))
     return Outcome("job status", {**meta, **status}, text=lambda: jobview.render_job_status(meta, status))

@@ -473,7 +473,8 @@ def follow_log(job: Job, node: str | None, lines: int, emit: Callable[[str], Non
     spec = None
     try:
         while True:
-            jobdir.refresh(job.local_dir)  # through the head where this machine has no mount
+            # through the head where this machine has no mount: what the nodes write, and the job's state
+            jobdir.refresh(job.local_dir, (*jobdir.FOLLOWED, "job.json"))
             if path.is_file():
                 with path.open("rb") as handle:
                     if path.stat().st_size < offset:  # truncated or replaced: from its start

@@ -436,6 +436,20 @@ def test_job_directories_are_printed_without_control_characters(capsys, tmp_path
     assert "\x1b" not in out and "ok:" in out
 
 
+def test_a_jobs_log_lines_reach_the_terminal_with_their_escapes_escaped(capsys, tmp_path):
+    # the job writes its log: a window-title and a clipboard-write sequence are shown as text, never sent to the terminal
+    shared = tmp_path / "shared"
+    (shared / "jobs" / "evil" / "logs").mkdir(parents=True)
+    (shared / "jobs" / "evil" / "job.json").write_text(json.dumps(GOOD_META))
+    (shared / "jobs" / "evil" / "logs" / "n1.log").write_text("iteration 1\n\x1b]0;owned\x07\n\x1b]52;c;ZXZpbA==\x07 loss\n")
+    inv = inventory(tmp_path, extra=f"[all:vars]\nmegaprov_controller_shared_dir={shared}\n")
+    code, out, err = run(capsys, "job", "logs", "evil", "-i", inv)
+    assert code == 0, err
+    assert "\x1b" not in out and "iteration 1" in out and "]52;c;ZXZpbA==" in out
+    code, out, err = run(capsys, "job", "logs", "evil", "-i", inv, "-o", "json")
+    assert code == 0 and json.loads(out)["result"]["lines"][1] == "\x1b]0;owned\x07", err  # the data itself, in JSON
+
+
 # ---- megaprov logs and megaprov top (the observe stage)
 
 

@@ -222,7 +222,7 @@ def test_a_container_removed_between_listing_and_inspecting_is_left_out(tmp_path
         "#!/bin/sh\n"
         'if [ "$1" = ps ]; then printf "megaprov-x-node1\\nmegaprov-x-node2\\n"; exit 0; fi\n'
         'if [ "$1" = inspect ]; then\n'
-        '  for a; do case "$a" in megaprov-x-node2) echo \'Error: container not known\' >&2; exit 125;; esac; done\n'
+        "  for a; do case \"$a\" in megaprov-x-node2) echo 'Error: container not known' >&2; exit 125;; esac; done\n"
         '  for a; do case "$a" in megaprov-x-node1) echo "x|megaprov-x-node1|running|10.90.7.2|node1|10.90.7.2";; esac; done\n'
         "  exit 0\n"
         "fi\n"
