@@ -1,9 +1,14 @@
 """``megaprov data prepare``: JSONL documents -> Megatron ``.bin/.idx`` datasets.
 
-Lines are read in batches and tokenised by worker processes (JSON parsing included); results come back in
-input order and are written with megatron-core's ``IndexedDatasetBuilder``. At most ``2 x workers`` batches
-are in flight, so memory is bounded whatever the input size. Output files are written under temporary names
-and renamed at the end: an interrupted run leaves no half dataset behind.
+Each input file is cut into chunks of about ``CHUNK_BYTES`` that end at a line's end; this process only finds the
+cuts (a seek and one line read per chunk). Worker processes read their chunks, parse the JSON and tokenise, so
+reading scales with the workers as tokenising does. Results come back in input order; this process writes each
+chunk's tokens with one write into megatron-core's ``IndexedDatasetBuilder`` and its document lengths in bulk, so it
+does little more than wait (with 1 worker everything runs in this process). At most ``2 x workers`` chunks are in
+flight, so memory is bounded whatever the input size, and a line is at most ``MAX_LINE_BYTES``. Output files are
+written under temporary names and renamed at the end: an interrupted run leaves no half dataset behind. The files
+are byte for byte those of Megatron-LM's ``tools/preprocess_data.py`` with the same tokenizer
+(tests/unit/test_data_upstream.py runs both).
 
 Output naming follows Megatron-LM's ``tools/preprocess_data.py``: ``<prefix>_<key>_document.{bin,idx}``, and
 ``<prefix>_<key>_document`` is what a job's ``data.prefixes`` lists.
@@ -35,10 +40,10 @@ from megaprov import values
 from megaprov.errors import EnvironmentProblem, UsageError
 from megaprov.owner import Owner, directory_owner, written_as
 
-BATCH_LINES = 512
+CHUNK_BYTES = 1 << 20  # a worker's piece of a file (about; it ends at the end of a line)
+MAX_LINE_BYTES = 256 << 20  # one document's line
 MAX_WORKERS = 256
 MAX_INPUTS = 100_000
-BATCH_BYTES = 4 * 1024 * 1024
 TOKENIZER_TYPES = ("byte", "gpt2-bpe", "huggingface")
 
 
@@ -137,21 +142,25 @@ def build_tokenizer(spec: TokenizerSpec) -> Tokenizer:
 
 
 @dataclass(frozen=True)
-class Batch:
+class Chunk:
+    """Bytes ``start`` to ``end`` of ``source``: whole lines (``start`` is a line's first byte, ``end`` after a newline
+    or at the end of the file)."""
+
     source: str
-    first_line: int
-    lines: list[bytes]
+    start: int
+    end: int
 
 
 @dataclass
 class Encoded:
-    """A batch's documents per key: all tokens in one array plus each document's length (cheap to pickle)."""
+    """A chunk's documents per key: all tokens in one array plus each document's length (cheap to pickle)."""
 
     docs: dict[str, tuple[np.ndarray, np.ndarray]]
     bytes_in: int
     skipped_empty: int
-    error: str | None = None  # the problem, naming the file and line
+    error: str | None = None  # the problem (without its place: see error_line)
     hint: str = "fix or remove that line"  # its fix (apart: a file name may hold any text, '; ' included)
+    error_line: int = 0  # the bad line's number within its chunk, from 0 (blank lines counted)
 
     def documents(self, key: str) -> Iterator[np.ndarray]:
         tokens, lengths = self.docs[key]
@@ -173,27 +182,36 @@ def _init_worker(spec: TokenizerSpec, keys: tuple[str, ...], append_eod: bool) -
     _worker.update(tok=build_tokenizer(spec), keys=keys, eod=append_eod)
 
 
-def _encode(batch: Batch) -> Encoded:
+def _encode(chunk: Chunk) -> Encoded:
+    """A worker's whole task: read the chunk, then encode its lines."""
+    with open(chunk.source, "rb") as handle:
+        handle.seek(chunk.start)
+        raw = handle.read(chunk.end - chunk.start)
+    return encode_lines(raw.split(b"\n"))
+
+
+def encode_lines(lines: list[bytes]) -> Encoded:
+    """JSON lines (blank ones skipped, still counted for line numbers) -> each key's tokens, with the worker's tokenizer."""
     tok: Tokenizer = _worker["tok"]
     keys: tuple[str, ...] = _worker["keys"]
     texts: dict[str, list[str]] = {k: [] for k in keys}
-    size = 0
-    for offset, raw in enumerate(batch.lines):
-        size += len(raw)
-        where = f"{batch.source}:{batch.first_line + offset}"
+    size = sum(map(len, lines)) + max(len(lines) - 1, 0)  # the bytes read: the lines and the newlines between them
+    for number, raw in enumerate(lines):
+        if not raw.strip():
+            continue
         try:
             record = json.loads(raw)
         except UnicodeDecodeError as exc:
-            return Encoded({}, size, 0, f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x})", "save the file as UTF-8")
+            return Encoded({}, size, 0, f"not UTF-8 (byte 0x{raw[exc.start]:02x})", "save the file as UTF-8", number)
         except (json.JSONDecodeError, RecursionError) as exc:
-            return Encoded({}, size, 0, f"{where}: not a JSON object ({getattr(exc, 'msg', 'nested too deeply')})")
+            return Encoded({}, size, 0, f"not a JSON object ({getattr(exc, 'msg', 'nested too deeply')})", error_line=number)
         if not isinstance(record, dict):
-            return Encoded({}, size, 0, f"{where}: a line must be a JSON object, not {type(record).__name__}")
+            return Encoded({}, size, 0, f"a line must be a JSON object, not {type(record).__name__}", error_line=number)
         for key in keys:
             value = record.get(key)
             if not isinstance(value, str):
                 what = "has no key" if key not in record else f"has {'null' if value is None else 'a non-string ' + type(value).__name__} under"
-                return Encoded({}, size, 0, f"{where}: the record {what} {key!r}", "use --json-keys with the field holding the text")
+                return Encoded({}, size, 0, f"the record {what} {key!r}", "use --json-keys with the field holding the text", number)
             texts[key].append(value)
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     skipped = 0
@@ -215,24 +233,37 @@ def _encode(batch: Batch) -> Encoded:
     return Encoded(out, size, skipped)
 
 
-def _batches(inputs: Sequence[Path]) -> Iterator[Batch]:
+def _chunks(inputs: Sequence[Path]) -> Iterator[Chunk]:
+    """Each file's chunks, in order: a seek to about ``CHUNK_BYTES`` further and the rest of that line per chunk."""
     for path in inputs:
-        lines: list[bytes] = []
-        first = 1
-        size = 0
         with path.open("rb") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                if not lines:
-                    first = number
-                lines.append(line)
-                size += len(line)
-                if len(lines) >= BATCH_LINES or size >= BATCH_BYTES:
-                    yield Batch(str(path), first, lines)
-                    lines, size = [], 0
-        if lines:
-            yield Batch(str(path), first, lines)
+            size = os.fstat(handle.fileno()).st_size
+            start = 0
+            while start < size:
+                handle.seek(min(start + CHUNK_BYTES, size) - 1)
+                rest = handle.readline(MAX_LINE_BYTES + 1)
+                if not rest:  # the file shrank while it was read: what is there was cut
+                    break
+                if len(rest) > MAX_LINE_BYTES and not rest.endswith(b"\n"):
+                    line = _line_number(path, handle.tell() - len(rest))
+                    bound = f"{MAX_LINE_BYTES >> 20} MiB" if MAX_LINE_BYTES >= 1 << 20 else f"{MAX_LINE_BYTES} bytes"
+                    raise DataError(f"{path}:{line}: a line longer than {bound}", "split the document, or fix the line ends")
+                end = handle.tell()
+                yield Chunk(str(path), start, end)
+                start = end
+
+
+def _line_number(path: Path, offset: int) -> int:
+    """The number (from 1) of the line holding byte ``offset`` of ``path``: counted only when a message needs it."""
+    newlines = 0
+    with path.open("rb") as handle:
+        while offset > 0:
+            block = handle.read(min(offset, 1 << 20))
+            if not block:
+                break
+            newlines += block.count(b"\n")
+            offset -= len(block)
+    return newlines + 1
 
 
 @dataclass
@@ -242,14 +273,14 @@ class Progress:
     bytes_in: int = 0
     skipped_empty: int = 0
     seconds: float = 0.0
-    # until the first batch was back (workers spawned, the tokenizer loaded): the rates are from then on
+    # until the first chunk was back (workers spawned, the tokenizer loaded): the rates are from then on
     startup_seconds: float = 0.0
     startup_docs: int = 0
     startup_tokens: int = 0
 
     @property
     def steady(self) -> bool:
-        """Whether the rates are from after the start-up (more than one batch came back, and time passed since)."""
+        """Whether the rates are from after the start-up (more than one chunk came back, and time passed since)."""
         return bool(self.startup_seconds) and self.seconds > self.startup_seconds and self.docs > self.startup_docs
 
     def _rate(self, count: int, before: int) -> float:
@@ -277,24 +308,44 @@ class PrepareResult:
     progress: Progress = field(default_factory=Progress)
 
 
-def _ordered(inputs: Sequence[Path], workers: int, init: tuple[Any, ...]) -> Iterator[Encoded]:
-    """Encoded batches in input order with at most 2 x workers in flight."""
+def _ordered(inputs: Sequence[Path], workers: int, init: tuple[Any, ...]) -> Iterator[tuple[Chunk, Encoded]]:
+    """Each chunk with its encoding, in input order, with at most 2 x workers in flight."""
     if workers == 1:
         _init_worker(*init)
-        for batch in _batches(inputs):
-            yield _encode(batch)
+        for chunk in _chunks(inputs):
+            yield chunk, _encode(chunk)
         return
     # spawn: workers start from a clean interpreter, not a fork of one that has loaded torch and its threads
     # (measured here: forkserver was 5x slower than spawn on the same input; fork is unsafe after torch).
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(workers, initializer=_init_worker, initargs=init) as pool:
-        pending: deque[Any] = deque()
-        for batch in _batches(inputs):
-            pending.append(pool.apply_async(_encode, (batch,)))
+        pending: deque[tuple[Chunk, Any]] = deque()
+        for chunk in _chunks(inputs):
+            pending.append((chunk, pool.apply_async(_encode, (chunk,))))
             if len(pending) >= 2 * workers:
-                yield pending.popleft().get()
+                done, result = pending.popleft()
+                yield done, result.get()
         while pending:
-            yield pending.popleft().get()
+            done, result = pending.popleft()
+            yield done, result.get()
+
+
+def _append(builder: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
+    """A chunk's documents into megatron-core's builder: what ``add_document`` does once per document (its tokens
+    to the .bin, its length, the document's end), done for all of them at once. A builder without those lists
+    (another megatron-core) gets ``add_document`` per document."""
+    data_file, sequences, documents = (getattr(builder, name, None) for name in ("data_file", "sequence_lengths", "document_indices"))
+    if not isinstance(sequences, list) or not isinstance(documents, list) or data_file is None or getattr(builder, "multimodal", False):
+        start = 0
+        for length in lengths.tolist():
+            ids = tokens[start : start + length]
+            builder.add_document(ids, [ids.size])
+            start += length
+        return
+    data_file.write(np.asarray(tokens, dtype=builder.dtype).tobytes(order="C"))
+    first = len(sequences)
+    sequences.extend(lengths.tolist())
+    documents.extend(range(first + 1, first + 1 + len(lengths)))
 
 
 def prepare(
@@ -337,16 +388,15 @@ def prepare(
     start = last = time.monotonic()
     done = False
     try:
-        for encoded in _ordered(paths, workers, (tokenizer, keys, append_eod)):
+        for chunk, encoded in _ordered(paths, workers, (tokenizer, keys, append_eod)):
             if encoded.error:
-                raise DataError(encoded.error, encoded.hint)
-            if not builders:  # megatron-core (and torch) load only once the first batch is known to be good
+                line = _line_number(Path(chunk.source), chunk.start) + encoded.error_line
+                raise DataError(f"{chunk.source}:{line}: {encoded.error}", encoded.hint)
+            if not builders:  # megatron-core (and torch) load only once the first chunk is known to be good
                 builders = _builders(tmp, keys, tok.vocab_size, owner)
-            for key in encoded.docs:
-                builder = builders[key]
-                for ids in encoded.documents(key):
-                    builder.add_document(ids, [ids.size])
-                progress.tokens += int(encoded.docs[key][0].size)
+            for key, (tokens, lengths) in encoded.docs.items():
+                _append(builders[key], tokens, lengths)
+                progress.tokens += int(tokens.size)
             progress.docs += encoded.count
             progress.bytes_in += encoded.bytes_in
             progress.skipped_empty += encoded.skipped_empty

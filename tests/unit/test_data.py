@@ -68,7 +68,7 @@ def test_gpt_dataset_reads_the_output(tmp_path):
 
 
 def test_workers_do_not_change_the_output(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "BATCH_LINES", 7)  # many batches, so ordering across workers matters
+    monkeypatch.setattr(data, "CHUNK_BYTES", 200)  # many chunks, so ordering across workers matters
     texts = [f"line {i} " + "x" * (i % 13) for i in range(200)]
     src = corpus(tmp_path, texts)
     one = data.prepare([src], tmp_path / "one", TokenizerSpec("byte"), workers=1)
@@ -281,7 +281,7 @@ def test_the_result_names_every_file_and_counts_what_was_read(tmp_path):
     progress = result.progress
     # text: "ab" EOD, "c" EOD (the empty one skipped); title: "T" EOD, "UV" EOD, "W" EOD
     assert (progress.docs, progress.skipped_empty, progress.tokens) == (2, 1, 5 + 7)  # docs: those of the first key
-    assert progress.bytes_in == src.stat().st_size - 1  # every line but the blank one
+    assert progress.bytes_in == src.stat().st_size  # every byte read, the blank line's too
     assert calls == [progress] and progress.seconds > 0  # progress_every not reached: only the final report
     assert len(IndexedDataset(result.prefixes["title"])) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"] + sorted(Path(f).name for f in result.files)  # no partial files
@@ -316,14 +316,14 @@ class _Clock:
 @pytest.mark.parametrize(
     ("every", "reports"),
     [
-        # the clock reads 0 at the start, 1, 2, 3 after each one-line batch, 4 at the end (always reported)
+        # the clock reads 0 at the start, 1, 2, 3 after each one-line chunk, 4 at the end (always reported)
         (None, [(1, 1.0), (2, 2.0), (3, 3.0), (3, 4.0)]),  # the default: every second
         (1.0, [(1, 1.0), (2, 2.0), (3, 3.0), (3, 4.0)]),  # a report when a full interval has passed
         (1.5, [(2, 2.0), (3, 4.0)]),  # 1 s < 1.5 s: not yet; 2 s: report; 3 - 2 < 1.5: not yet
     ],
 )
 def test_progress_is_reported_once_per_interval(tmp_path, monkeypatch, every, reports):
-    monkeypatch.setattr(data, "BATCH_LINES", 1)
+    monkeypatch.setattr(data, "CHUNK_BYTES", 1)  # a chunk per line
     monkeypatch.setattr(data, "time", _Clock())
     seen = []
     kwargs = {} if every is None else {"progress_every": every}

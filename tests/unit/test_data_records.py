@@ -1,4 +1,4 @@
-"""``data prepare`` without megatron-core: reading JSONL into batches, encoding records, the bound on batches in
+"""``data prepare`` without megatron-core: cutting JSONL files into chunks, encoding records, the bound on chunks in
 flight, argument checks and the synthetic corpus. Expected token ids are worked out by hand from UTF-8 (the byte
 tokenizer: ids 0-255 are the bytes, 256 is end of document)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from megaprov.training import data
-from megaprov.training.data import Batch, DataError, TokenizerSpec
+from megaprov.training.data import Chunk, DataError, TokenizerSpec
 
 
 @pytest.fixture
@@ -25,7 +25,8 @@ def worker():
 
 
 def lines(*records) -> list[bytes]:
-    return [(r if isinstance(r, bytes) else json.dumps(r).encode()) + b"\n" for r in records]
+    """The lines of a chunk as the worker splits it: without their newlines, and the empty piece after the last one."""
+    return [r if isinstance(r, bytes) else json.dumps(r).encode() for r in records] + [b""]
 
 
 # ---- encoding one batch
@@ -33,20 +34,19 @@ def lines(*records) -> list[bytes]:
 
 def test_a_batch_becomes_token_arrays_with_end_of_document(worker):
     worker()
-    batch = Batch("c.jsonl", 10, [b'{"text": "ab"}\n', b'{"text": ""}\n', b'{"text": "c"}\n'])
-    encoded = data._encode(batch)
+    encoded = data.encode_lines([b'{"text": "ab"}', b'{"text": ""}', b'{"text": "c"}', b""])
     assert encoded.error is None
     tokens, lengths = encoded.docs["text"]
     assert tokens.tolist() == [97, 98, 256, 99, 256]  # 'a' 'b' EOD 'c' EOD; the empty document is skipped
     assert lengths.tolist() == [3, 2]
     assert tokens.dtype == np.uint16 and lengths.dtype == np.int64
     assert [d.tolist() for d in encoded.documents("text")] == [[97, 98, 256], [99, 256]]
-    assert (encoded.count, encoded.skipped_empty, encoded.bytes_in) == (2, 1, 15 + 13 + 14)  # the three lines' bytes
+    assert (encoded.count, encoded.skipped_empty, encoded.bytes_in) == (2, 1, 15 + 13 + 14)  # the three lines' bytes, newlines included
 
 
 def test_without_end_of_document_and_with_two_keys(worker):
     worker(keys=("text", "title"), append_eod=False)
-    encoded = data._encode(Batch("c.jsonl", 1, lines({"text": "hé", "title": "T"}, {"text": "", "title": ""}, {"text": "x", "title": "UV"})))
+    encoded = data.encode_lines(lines({"text": "hé", "title": "T"}, {"text": "", "title": ""}, {"text": "x", "title": "UV"}))
     text, text_lengths = encoded.docs["text"]
     title, title_lengths = encoded.docs["title"]
     assert text.tolist() == [0x68, 0xC3, 0xA9, 0x78]  # 'h', 'é' as two UTF-8 bytes, 'x'
@@ -58,7 +58,7 @@ def test_without_end_of_document_and_with_two_keys(worker):
 
 def test_a_batch_of_empty_documents_only(worker):
     worker()
-    encoded = data._encode(Batch("c.jsonl", 1, lines({"text": ""}, {"text": ""})))
+    encoded = data.encode_lines(lines({"text": ""}, {"text": ""}))
     tokens, lengths = encoded.docs["text"]
     assert tokens.size == 0 and tokens.dtype == np.uint16 and lengths.size == 0
     assert (encoded.count, encoded.skipped_empty, encoded.error) == (0, 2, None)
@@ -82,7 +82,7 @@ def test_tokens_travel_in_the_type_megatron_stores(vocab, dtype):
     # else int32; the worker sends that type back so that the builder does not convert it again.
     data._worker.update(tok=_Wide(vocab), keys=("text",), eod=True)
     try:
-        tokens, _ = data._encode(Batch("c.jsonl", 1, lines({"text": "abc"}))).docs["text"]
+        tokens, _ = data.encode_lines(lines({"text": "abc"})).docs["text"]
     finally:
         data._worker.clear()
     assert tokens.dtype == dtype and tokens.tolist() == [3, vocab - 1]
@@ -103,9 +103,9 @@ def test_tokens_travel_in_the_type_megatron_stores(vocab, dtype):
 )
 def test_a_bad_record_names_its_file_line_and_fix(worker, raw, message, hint):
     worker()
-    # the bad record is the third line of a batch that starts at line 10 of c.jsonl
-    encoded = data._encode(Batch("c.jsonl", 10, [b'{"text": "a"}\n', b'{"text": "b"}\n', raw + b"\n"]))
-    assert (encoded.error, encoded.hint) == (message, hint)
+    # the bad record is the fourth line of its chunk (a blank line before it counts: line numbers are the file's)
+    encoded = data.encode_lines([b'{"text": "a"}', b"  ", b'{"text": "b"}', raw, b""])
+    assert (encoded.error, encoded.hint, encoded.error_line) == (message.removeprefix("c.jsonl:12: "), hint, 3)
     assert encoded.docs == {}
 
 
@@ -127,41 +127,63 @@ def test_byte_tokenizer_ids_are_the_utf8_bytes():
     assert [a.tolist() for a in tok.encode_batch(["A€", ""])] == [[0x41, 0xE2, 0x82, 0xAC], []]
 
 
-# ---- reading files into batches
+# ---- cutting files into chunks
 
 
-def test_batches_skip_blank_lines_and_number_lines_from_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "BATCH_LINES", 2)
+def test_chunks_end_at_line_ends_and_cover_each_file_exactly(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "CHUNK_BYTES", 4)
     src = tmp_path / "c.jsonl"
-    src.write_bytes(b"\n" + b"L2\n" + b"   \n" + b"L4\n" + b"L5\n" + b"\n" + b"L7")  # no newline at the end
+    src.write_bytes(b"\n" + b"L2\n" + b"   \n" + b"L4\n" + b"L5 is longer\n" + b"\n" + b"L7")  # no newline at the end
     other = tmp_path / "d.jsonl"
     other.write_bytes(b"M1\n")
-    got = [(b.source, b.first_line, b.lines) for b in data._batches([src, other])]
-    assert got == [
-        (str(src), 2, [b"L2\n", b"L4\n"]),
-        (str(src), 5, [b"L5\n", b"L7"]),
-        (str(other), 1, [b"M1\n"]),  # a batch never spans two files; numbering restarts
-    ]
+    chunks = list(data._chunks([src, other]))
+    # about 4 bytes each, then on to the end of the line that holds the 4th byte; a chunk never spans two files
+    assert [(c.source, c.start, c.end) for c in chunks] == [
+        (str(src), 0, 4), (str(src), 4, 8), (str(src), 8, 24), (str(src), 24, 27), (str(other), 0, 3),
+    ]  # fmt: skip
+    pieces = [src.read_bytes()[c.start : c.end] for c in chunks[:4]]
+    assert b"".join(pieces) == src.read_bytes() and all(p.endswith(b"\n") for p in pieces[:-1])
 
 
-def test_a_batch_closes_when_it_reaches_the_byte_bound(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "BATCH_BYTES", 20)
+def test_a_chunk_is_read_by_its_worker(tmp_path, worker):
+    worker()
     src = tmp_path / "c.jsonl"
-    sizes = [10, 10, 9, 10, 5]  # each line's bytes, its newline included
-    src.write_bytes(b"".join(b"x" * (n - 1) + b"\n" for n in sizes))
-    got = [[len(line) for line in b.lines] for b in data._batches([src])]
-    # exactly 20 bytes closes the first batch; the second starts from 0 again and closes at 24 >= 20
-    assert got == [[10, 10], [9, 10, 5]]
-    assert [b.first_line for b in data._batches([src])] == [1, 3]
+    src.write_bytes(b'{"text": "skip"}\n{"text": "ab"}\n\n{"text": "c"}\n{"text": "not this"}\n')
+    encoded = data._encode(Chunk(str(src), 17, 17 + 15 + 1 + 14))
+    assert encoded.docs["text"][0].tolist() == [97, 98, 256, 99, 256] and encoded.bytes_in == 30
 
 
-def test_an_empty_file_gives_no_batch(tmp_path):
+def test_an_empty_file_gives_no_chunk(tmp_path):
     src = tmp_path / "c.jsonl"
-    src.write_bytes(b"\n \n")
-    assert list(data._batches([src])) == []
+    src.write_bytes(b"")
+    assert list(data._chunks([src])) == []
 
 
-# ---- batches in flight
+def test_a_line_over_the_bound_is_refused_with_its_number(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(data, "MAX_LINE_BYTES", 64)
+    src = tmp_path / "c.jsonl"
+    # 64 bytes and a newline make a line; the rest of a 200-byte line where the cut falls does not (a line is at most
+    # MAX_LINE_BYTES beyond the chunk's size, so the memory a worker needs is bounded)
+    src.write_bytes(b"short\n\n" + b"x" * 64 + b"\n" + b"y" * 200 + b"\n")
+    with pytest.raises(DataError) as info:
+        list(data._chunks([src]))
+    assert (info.value.message, info.value.hint) == (f"{src}:4: a line longer than 64 bytes", "split the document, or fix the line ends")
+
+
+def test_the_place_of_a_bad_line_is_the_files_whatever_the_chunk(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "CHUNK_BYTES", 16)
+    src = tmp_path / "c.jsonl"
+    good = json.dumps({"text": "fine"}) + "\n"
+    src.write_text(good * 5 + "\n" + good + "{oops\n" + good)  # the bad one is line 8, in the 8th chunk
+    for workers in (1, 2):
+        with pytest.raises(DataError) as info:
+            data.prepare([src], tmp_path / "out", TokenizerSpec("byte"), workers=workers)
+        assert info.value.message.startswith(f"{src}:8: not a JSON object (")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]
+
+
+# ---- chunks in flight
 
 
 class _Result:
@@ -192,10 +214,10 @@ class _Pool:
 
 
 def test_at_most_two_batches_per_worker_are_in_flight(tmp_path, monkeypatch):
-    # The module's memory bound: at most 2 x workers batches submitted and not yet written.
-    monkeypatch.setattr(data, "BATCH_LINES", 1)
+    # The module's memory bound: at most 2 x workers chunks submitted and not yet written.
+    monkeypatch.setattr(data, "CHUNK_BYTES", 1)
     src = tmp_path / "c.jsonl"
-    src.write_text("".join(json.dumps({"text": c}) + "\n" for c in "abcdefghij"))  # 10 batches of one line
+    src.write_text("".join(json.dumps({"text": c}) + "\n" for c in "abcdefghij"))  # 10 chunks of one line
     pools: list[_Pool] = []
     methods: list[str] = []
 
@@ -207,7 +229,7 @@ def test_at_most_two_batches_per_worker_are_in_flight(tmp_path, monkeypatch):
     monkeypatch.setattr(data.multiprocessing, "get_context", lambda method: methods.append(method) or Context())
     in_flight, texts = [], []
     try:
-        for encoded in data._ordered([src], 3, (TokenizerSpec("byte"), ("text",), False)):
+        for _, encoded in data._ordered([src], 3, (TokenizerSpec("byte"), ("text",), False)):
             in_flight.append(pools[0].submitted)
             texts.append(bytes(encoded.docs["text"][0].astype(np.uint8)).decode())
     finally:
@@ -228,7 +250,7 @@ def test_one_worker_encodes_in_this_process(tmp_path, monkeypatch):
         out = list(data._ordered([src], 1, (TokenizerSpec("byte"), ("text",), True)))
     finally:
         data._worker.clear()
-    assert [e.docs["text"][0].tolist() for e in out] == [[104, 105, 256]]
+    assert [e.docs["text"][0].tolist() for _, e in out] == [[104, 105, 256]]
 
 
 # ---- errors before megatron-core loads (the first batch is bad: no builder is made)
@@ -429,3 +451,19 @@ def test_a_corpus_into_a_directory_names_the_fix(tmp_path):
 
 def test_data_errors_are_usage_errors():
     assert issubclass(DataError, data.UsageError)  # exit code 2: bad input, nothing was changed
+
+
+class _OnlyAddDocument:
+    """A builder with add_document alone (another megatron-core's): each document goes through it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def add_document(self, ids, lengths):
+        self.calls.append((ids.tolist(), lengths))
+
+
+def test_a_builder_without_its_lists_gets_a_call_per_document():
+    builder = _OnlyAddDocument()
+    data._append(builder, np.array([1, 2, 9, 3, 9], dtype=np.uint16), np.array([3, 2]))
+    assert builder.calls == [([1, 2, 9], [3]), ([3, 9], [2])]

@@ -11,7 +11,6 @@ import json
 import re
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -61,13 +60,7 @@ ARGS = [
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
-    pytest.importorskip("torch", reason="skipped: no torch in this environment (Megatron-LM's code runs on it)")
-    pytest.importorskip("megatron.core", reason="skipped: no megatron-core in this environment")
-    archive = upstream.need_megatron()
-    tree = tmp_path_factory.mktemp("megatron-lm")
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, filter="data")
-    return tree
+    return upstream.megatron_tree(tmp_path_factory)
 
 
 def check_with_only(checkout: Path, tmp_path: Path, packages: list[str]) -> dict[str, object]:

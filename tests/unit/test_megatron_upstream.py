@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -45,17 +44,7 @@ RESULTS: dict[str, dict[str, object]] = {}
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> str:
     """Megatron-LM's tree at the pinned tag: MEGAPROV_MEGATRON_LM's checkout, or the snapshot unpacked once."""
-    # the check script runs in this environment's Python: the Python 3.12 run of the unit tests has no torch
-    pytest.importorskip("torch", reason="skipped: no torch in this environment (Megatron-LM's code runs on it)")
-    pytest.importorskip("megatron.core", reason="skipped: no megatron-core in this environment")
-    given = os.environ.get("MEGAPROV_MEGATRON_LM", "")
-    if given and (Path(given) / "megatron" / "training" / "arguments.py").is_file():
-        return given
-    archive = upstream.need_megatron()
-    tree = tmp_path_factory.mktemp("megatron-lm")
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, filter="data")
-    return str(tree)
+    return str(upstream.megatron_tree(tmp_path_factory))
 
 
 def megatron(checkout: str, tmp_path: Path, argv: list[str], world: int) -> dict[str, object]:
