@@ -171,18 +171,6 @@ def test_a_line_over_the_bound_is_refused_with_its_number(tmp_path, monkeypatch)
     assert (info.value.message, info.value.hint) == (f"{src}:4: a line longer than 64 bytes", "split the document, or fix the line ends")
 
 
-def test_the_place_of_a_bad_line_is_the_files_whatever_the_chunk(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "CHUNK_BYTES", 16)
-    src = tmp_path / "c.jsonl"
-    good = json.dumps({"text": "fine"}) + "\n"
-    src.write_text(good * 5 + "\n" + good + "{oops\n" + good)  # the bad one is line 8, in the 8th chunk
-    for workers in (1, 2):
-        with pytest.raises(DataError) as info:
-            data.prepare([src], tmp_path / "out", TokenizerSpec("byte"), workers=workers)
-        assert info.value.message.startswith(f"{src}:8: not a JSON object (")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]
-
-
 # ---- chunks in flight
 
 
