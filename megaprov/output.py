@@ -102,6 +102,28 @@ class RunProgress:
             self.status = None
 
 
+class Reporter:
+    """What domain code tells the operator while it works: the live progress of its Ansible runs and its notes, on
+    stderr. Domain code takes one instead of a ``quiet`` flag; the command line makes it from ``--output`` (text: shown;
+    JSON: silent, the one document on stdout is the whole output)."""
+
+    def __init__(self, shown: bool) -> None:
+        self.shown = shown
+
+    def run(self, total_hosts: int) -> RunProgress:
+        """The progress of one ansible-runner run over ``total_hosts`` hosts (call ``stop()`` when it ends)."""
+        return RunProgress(total_hosts=total_hosts, quiet=not self.shown)
+
+    def say(self, line: str) -> None:
+        """One line for the operator (as data: no markup)."""
+        if self.shown:
+            console(stderr=True).print(line, markup=False)
+
+
+SHOWN = Reporter(True)
+SILENT = Reporter(False)
+
+
 def host_table(hosts: list[Any], title: str) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("host", "ok", "changed", "failed", "unreachable", "skipped", "time"):

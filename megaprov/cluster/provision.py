@@ -15,7 +15,7 @@ from megaprov.cluster import history, runner
 from megaprov.cluster import inventory as inv
 from megaprov.cluster.stages import KNOWN_TAGS, STAGES
 from megaprov.errors import ExitCode, UsageError
-from megaprov.output import RunProgress, console, host_table, verdict_table
+from megaprov.output import SHOWN, Reporter, console, host_table, verdict_table
 from megaprov.paths import fact_cache_dir, state_dir
 
 FACTS_ACTION = "megaprov.cluster.node_facts"
@@ -35,7 +35,7 @@ PROOF_ACTION = "megaprov.cluster.proof"
 class Request:
     inventory: Path
     options: runner.RunOptions = field(default_factory=runner.RunOptions)
-    quiet: bool = False
+    report: Reporter = SHOWN
 
 
 @dataclass
@@ -144,7 +144,7 @@ def _judge(result: runner.RunResult) -> tuple[ExitCode, str | None]:
 
 
 def _execute(request: Request, spec: runner.RunSpec, inventory: inv.Inventory, collect: tuple[str, ...] = ()) -> runner.RunResult:
-    progress = RunProgress(total_hosts=len(inventory.hosts), quiet=request.quiet)
+    progress = request.report.run(len(inventory.hosts))
     try:
         return runner.run(spec, progress, collect)
     finally:

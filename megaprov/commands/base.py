@@ -11,11 +11,14 @@ import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
 
 from megaprov.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from megaprov.output import Reporter
 
 PROG = "megaprov"
 OUTPUTS = ("text", "json")
@@ -182,6 +185,13 @@ def need_inventory(args: argparse.Namespace, why: str = "") -> str:
             )
         args.inventory = found[0]
     return str(args.inventory)
+
+
+def reporter(args: argparse.Namespace) -> Reporter:
+    """What the command's domain code reports while it works: shown on stderr for text, nothing beside JSON."""
+    from megaprov.output import SHOWN, SILENT
+
+    return SILENT if getattr(args, "output", "text") == "json" else SHOWN
 
 
 def note(text: str) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from megaprov import __version__
 from megaprov.cluster.runner import STRATEGIES
-from megaprov.commands.base import Outcome, command, extravars, family, inventory_flag, need_inventory, upto
+from megaprov.commands.base import Outcome, command, extravars, family, inventory_flag, need_inventory, reporter, upto
 from megaprov.errors import ExitCode, UsageError
 from megaprov.output import console
 
@@ -133,7 +133,7 @@ def request(args: argparse.Namespace, more_vars: dict[str, Any] | None = None, *
         flush_cache=args.flush_cache,
         **flags,
     )
-    return provision.Request(inventory=Path(args.inventory), options=options, quiet=args.output == "json")
+    return provision.Request(inventory=Path(args.inventory), options=options, report=reporter(args))
 
 
 def _bootstrap(args: argparse.Namespace) -> Outcome:

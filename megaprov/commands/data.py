@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from megaprov.commands.base import Outcome, command, family, inventory_flag, upto
+from megaprov.commands.base import Outcome, command, family, inventory_flag, reporter, upto
 from megaprov.errors import UsageError
 from megaprov.output import console
 
@@ -97,7 +97,7 @@ def _prepare(args: argparse.Namespace) -> Outcome:
     from megaprov.training import data, jobview
 
     err = console(stderr=True)
-    quiet = args.output == "json"
+    say = reporter(args)
     data.check_arguments(args.input, args.output_prefix, args.json_keys, args.workers)  # before the slow imports
     if args.inventory:
         args.output_prefix = shared_prefix(args.inventory, args.output_prefix)
@@ -106,7 +106,7 @@ def _prepare(args: argparse.Namespace) -> Outcome:
 
     def progress(p: Any) -> None:
         # each line is shown when the next one comes: the last one would only repeat the summary that ends the run
-        if not quiet:
+        if say.shown:
             if pending:
                 err.print(pending.pop(), markup=False)
             pending.append(jobview.progress_line(p))

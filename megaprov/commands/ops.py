@@ -7,7 +7,7 @@ import re
 import time
 from typing import Any
 
-from megaprov.commands.base import Outcome, command, extravars, inventory_flag, need_inventory, note, upto
+from megaprov.commands.base import Outcome, command, extravars, inventory_flag, need_inventory, note, reporter, upto
 from megaprov.errors import ExitCode, UsageError
 from megaprov.output import console
 
@@ -96,7 +96,7 @@ def _status(args: argparse.Namespace) -> Outcome:
     from megaprov.ops import status
 
     path = need_inventory(args)
-    found = status.gather(path, probe=not args.recorded, quiet=args.output == "json")
+    found = status.gather(path, probe=not args.recorded, report=reporter(args))
 
     def show() -> None:
         from rich.table import Table
@@ -167,7 +167,7 @@ def _logs(args: argparse.Namespace) -> Outcome:
         path = need_inventory(args, " (or --name JOB for a job's log)")
         found = inv.load(path, paths.roles_dir(), paths.cluster_defaults())
         query = logs.build(found, args.node, args.since, args.grep, args.lines)
-        lines = logs.read(path, query, args.output == "json")
+        lines = logs.read(path, query, reporter(args))
         result = {"host": query.host, "node": args.node, "lines": lines}
     return Outcome("logs", result, text=lambda: print("\n".join(lines)) if lines else None)
 
@@ -190,11 +190,10 @@ def _doctor(args: argparse.Namespace) -> Outcome:
         args.inventory = found_default[0]
     if (args.drain or args.node or args.level != "passive") and (not args.inventory or name):
         raise UsageError("--drain, --node and --level check a cluster", "pass -i INVENTORY without --name (run the job's diagnosis on its own)")
-    quiet = args.output == "json"
     report = Report()
     titles = []
     if args.inventory and not name:  # with --name, -i only says where the job is
-        req = health.Request(args.inventory, args.level, args.node, args.drain, extravars(args.extra_vars), quiet)
+        req = health.Request(args.inventory, args.level, args.node, args.drain, extravars(args.extra_vars), reporter(args))
         found = health.examine(req)
         health.record(args.inventory, found, args.level)
         report.add(*found.findings)

@@ -11,9 +11,9 @@ from typing import Any
 
 from megaprov import values
 from megaprov.cluster.runner import STRATEGIES
-from megaprov.commands.base import Outcome, command, family, fraction, inventory_flag, need_inventory, note, upto
+from megaprov.commands.base import Outcome, command, family, fraction, inventory_flag, need_inventory, note, reporter, upto
 from megaprov.errors import ExitCode, UsageError
-from megaprov.output import console
+from megaprov.output import Reporter, console
 
 
 def _shape(p: argparse.ArgumentParser) -> None:
@@ -304,21 +304,18 @@ def _train(args: argparse.Namespace) -> Outcome:
         return _dry_run(args, planned, rendered)
     if args.name:  # the stored spec carries the job's name, so that --resume finds the same job
         text = jobview.renamed(text, args.name)
-    quiet = args.output == "json"
-    err = console(stderr=True)
-    job = jobs.start(spec, text, found, planned, jobview.plan_dict(planned), rendered, args.inventory, bool(args.resume), quiet, args.strategy)
+    say = reporter(args)
+    job = jobs.start(spec, text, found, planned, jobview.plan_dict(planned), rendered, args.inventory, bool(args.resume), say, args.strategy)
     launched = time.time()
-    if not quiet and job.launcher == "slurm":
-        err.print(
+    if job.launcher == "slurm":
+        say.say(
             f"train: job {job.name} submitted to Slurm as job {job.slurm_id} on {job.submit_host} (continued in a new allocation after a "
-            f"failure, up to {spec.launch.max_restarts} times, and at its time limit) in {launched - since:.1f} s; job directory {job.job_dir}",
-            markup=False,
+            f"failure, up to {spec.launch.max_restarts} times, and at its time limit) in {launched - since:.1f} s; job directory {job.job_dir}"
         )
-    elif not quiet:
-        err.print(
+    else:
+        say.say(
             f"train: job {job.name} started on {', '.join(job.hosts)} (restarts: up to {spec.launch.max_restarts}, "
-            f"after {jobs.RESTART_SEC} s) in {launched - since:.1f} s; job directory {job.job_dir}",
-            markup=False,
+            f"after {jobs.RESTART_SEC} s) in {launched - since:.1f} s; job directory {job.job_dir}"
         )
     if args.detach:
         return Outcome(
@@ -331,24 +328,20 @@ def _train(args: argparse.Namespace) -> Outcome:
             ),
         )
     timing: dict[str, Any] = {"megaprov_start_to_units_started_s": round(launched - since, 2)}
-    return _follow(job, spec, planned, found, float(args.stall_timeout), quiet, timing, since if not args.resume else None, "train")
+    return _follow(job, spec, planned, found, float(args.stall_timeout), say, timing, since if not args.resume else None, "train")
 
 
 def _follow(
-    job: Any, spec: Any, planned: Any, found: Any, stall: float, quiet: bool, timing: dict[str, Any], since: float | None, path: str
+    job: Any, spec: Any, planned: Any, found: Any, stall: float, say: Reporter, timing: dict[str, Any], since: float | None, path: str
 ) -> Outcome:
     """Follow a started job to its end, judge it and report: `train` and `job attach` end the same way."""
     from megaprov.training import jobs, jobview
 
-    err = console(stderr=True)
-
     def progress(p: jobs.Progress) -> None:
-        if not quiet:
-            err.print(jobview.progress_text(p), markup=False)
+        say.say(jobview.progress_text(p))
 
     def waiting(text: str) -> None:
-        if not quiet:
-            err.print(f"{path}: {text}", markup=False)
+        say.say(f"{path}: {text}")
 
     outcome = jobs.follow_job(
         job,
@@ -356,14 +349,12 @@ def _follow(
         progress,
         stall,
         log_interval=spec.train.log_interval,
+        report=say,
         on_waiting=waiting,
         targets=jobs.metrics_targets(spec, planned),
     )
     if outcome.state == "detached":
-        if not quiet:
-            err.print(
-                f"{path}: detached; job {job.name} keeps running: `megaprov job attach {job.name}` or `megaprov job stop {job.name}`", markup=False
-            )
+        say.say(f"{path}: detached; job {job.name} keeps running: `megaprov job attach {job.name}` or `megaprov job stop {job.name}`")
         return Outcome(path, {"job": job.name, "state": "running"}, ExitCode.INTERRUPTED, None)
     if since is not None:  # a resumed or re-attached job's log starts with the earlier attempts
         timing.update(jobs.first_start_seconds(outcome.log, since))
@@ -386,7 +377,7 @@ def _job_attach(args: argparse.Namespace) -> Outcome:
         raise UsageError(f"job {job.name} is {state}, not running", f"`megaprov job status {job.name}` shows its verdict")
     found, _ = launch.cluster(spec, inventory, launch.Shape(len(job.hosts) if job.launcher != "slurm" else None))
     planned = planner.plan(spec, found)
-    return _follow(job, spec, planned, found, float(args.stall_timeout), args.output == "json", {}, None, "job attach")
+    return _follow(job, spec, planned, found, float(args.stall_timeout), reporter(args), {}, None, "job attach")
 
 
 def _jobs(args: argparse.Namespace) -> Outcome:
@@ -427,10 +418,10 @@ def _job_running(args: argparse.Namespace) -> Outcome:
     if not name:
         raise UsageError(f"megaprov {args.command_path} needs the job's NAME", "`megaprov jobs` lists them")
     job = jobs.find(name, args.inventory)
-    quiet = args.output == "json"
+    say = reporter(args)
     action = args.command_path.split()[-1]
     if action == "stop":
-        jobs.stop(job, quiet)
+        jobs.stop(job, say)
         where = f"Slurm job {job.slurm_id}" if job.launcher == "slurm" else ", ".join(job.hosts)
         return Outcome(
             "job stop",
@@ -442,12 +433,12 @@ def _job_running(args: argparse.Namespace) -> Outcome:
         )
     if action == "logs":
         if args.follow:
-            if quiet:
+            if not say.shown:
                 raise UsageError("job logs -f prints lines as they come", "drop -o json, or drop -f for one JSON document")
             host = jobs.follow_log(job, args.node, args.lines, lambda line: print(line, flush=True))
             return Outcome("job logs", {"job": job.name, "node": host}, document=True)
         host, lines = jobs.node_log(job, args.node, args.lines)
         # the lines are the job's (hostile where the job is): shown with their control characters escaped
         return Outcome("job logs", {"job": job.name, "node": host, "lines": lines}, text=lambda: print("\n".join(map(values.printable, lines))))
-    meta, status = jobview.job_status(job, jobs.unit_states(job, quiet=True))
+    meta, status = jobview.job_status(job, jobs.unit_states(job))
     return Outcome("job status", {**meta, **status}, text=lambda: jobview.render_job_status(meta, status))

@@ -11,6 +11,7 @@ from typing import Any
 from megaprov.cluster import inventory as inv
 from megaprov.errors import UsageError
 from megaprov.ops import remote
+from megaprov.output import Reporter
 
 MAX_LINES = 10_000
 MAX_GREP = 200
@@ -72,7 +73,7 @@ def build(found: inv.Inventory, node: str | None, since: str | None, grep: str |
     return Query(host, node, since_arg(since) if since else None, grep_arg(grep) if grep else None, lines)
 
 
-def read(inventory_path: str, query: Query, quiet: bool) -> list[str]:
+def read(inventory_path: str, query: Query, report: Reporter) -> list[str]:
     text = remote.command_output(
         Path(inventory_path),
         "logs.yml",
@@ -82,6 +83,6 @@ def read(inventory_path: str, query: Query, quiet: bool) -> list[str]:
         host=query.host,
         doing="the journals could not be read",
         limit=MAX_OUTPUT,
-        quiet=quiet,
+        report=report,
     )
     return [line for line in text.splitlines() if line and line != "-- No entries --"]

@@ -10,12 +10,12 @@ from typing import Any
 from megaprov import paths
 from megaprov.cluster import runner
 from megaprov.errors import HostsUnreachable, RunFailed
-from megaprov.output import RunProgress
+from megaprov.output import Reporter
 from megaprov.paths import fact_cache_dir, state_dir
 
 
 def command_output(
-    inventory: Path, playbook: str, extravars: dict[str, Any], *, command: str, role: str, host: str, doing: str, limit: int, quiet: bool
+    inventory: Path, playbook: str, extravars: dict[str, Any], *, command: str, role: str, host: str, doing: str, limit: int, report: Reporter
 ) -> str:
     """The standard output of the playbook's command tasks (at most ``limit`` characters). ``command`` names the
     megaprov command, ``role`` the host ("the head"), ``doing`` what failed ("the journals ... could not be read")."""
@@ -27,7 +27,7 @@ def command_output(
         fact_cache_dir=fact_cache_dir(inventory),
         options=runner.RunOptions(extravars=extravars),
     )
-    progress = RunProgress(total_hosts=1, quiet=quiet)
+    progress = report.run(1)
     try:
         result = runner.run(spec, progress, ("ansible.builtin.command", "command"))
     finally:

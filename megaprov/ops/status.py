@@ -12,11 +12,12 @@ from megaprov import paths, values
 from megaprov.cluster import inventory as inv
 from megaprov.cluster.history import read_status, status_file
 from megaprov.errors import MegaprovError
+from megaprov.output import Reporter
 
 MAX_SINFO = 1 << 20
 
 
-def slurm_states(found: inv.Inventory, quiet: bool) -> dict[str, dict[str, str]]:
+def slurm_states(found: inv.Inventory, report: Reporter) -> dict[str, dict[str, str]]:
     """node -> {state, reason} from sinfo on the Slurm controller, or {} where the cluster has no Slurm."""
     if str(found.host_var(found.head, "megaprov_scheduler", "none")) != "slurm":
         return {}
@@ -33,7 +34,7 @@ def slurm_states(found: inv.Inventory, quiet: bool) -> dict[str, dict[str, str]]
         host=host,
         doing="sinfo failed",
         limit=MAX_SINFO,
-        quiet=quiet,
+        report=report,
     )
     return parse_sinfo(text)
 
@@ -49,7 +50,7 @@ def parse_sinfo(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def gather(inventory: str, probe: bool, quiet: bool) -> dict[str, Any]:
+def gather(inventory: str, probe: bool, report: Reporter) -> dict[str, Any]:
     from megaprov.ops.doctor import health
     from megaprov.training import jobs
 
@@ -69,7 +70,7 @@ def gather(inventory: str, probe: bool, quiet: bool) -> dict[str, Any]:
     problems: list[str] = []
     if probe:
         try:
-            slurm = slurm_states(found, quiet)
+            slurm = slurm_states(found, report)
             for host, state in slurm.items():
                 if host in nodes:
                     nodes[host]["slurm"] = state

@@ -26,7 +26,7 @@ from megaprov import paths, values
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import runner
 from megaprov.errors import EnvironmentProblem, ExitCode, HostsUnreachable, MegaprovError, UsageError
-from megaprov.output import RunProgress
+from megaprov.output import SHOWN, SILENT, Reporter
 from megaprov.owner import as_owner_of
 from megaprov.paths import PACKAGE_DIR, fact_cache_dir, state_dir
 from megaprov.training import follow, jobdir, jobmeta, launchers, render, verdict
@@ -191,7 +191,7 @@ def _play(
     job: Job,
     playbook: str,
     job_vars: dict[str, Any],
-    quiet: bool,
+    report: Reporter,
     collect: tuple[str, ...] = (),
     strategy: str = "linear",
     hosts: int | None = None,
@@ -204,7 +204,7 @@ def _play(
         fact_cache_dir=fact_cache_dir(job.inventory),
         options=runner.RunOptions(extravars={"megaprov_job": job_vars}, strategy=strategy),
     )
-    progress = RunProgress(total_hosts=hosts or len(job.hosts), quiet=quiet)
+    progress = report.run(hosts or len(job.hosts))
     try:
         return runner.run(spec, progress, collect)
     finally:
@@ -307,7 +307,7 @@ def start(
     rendered: render.Rendered,
     inventory_path: str,
     resume: bool,
-    quiet: bool,
+    report: Reporter,
     strategy: str = "linear",
 ) -> Job:
     """Stage the job's files, check and start every node's unit; on any failure nothing is left running."""
@@ -387,7 +387,7 @@ def start(
             shape=model_shape(spec),
             units=units,
         )
-        launchers.of(job.launcher).start(job, job_vars, quiet, strategy)
+        launchers.of(job.launcher).start(job, job_vars, report, strategy)
     if jobdir.is_remote(job.local_dir):  # the files the nodes now have, into this machine's mirror
         job.local_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         jobdir.refresh(job.local_dir)
@@ -429,14 +429,14 @@ def _bundle(directory: Path) -> bytes:
     return buffer.getvalue()
 
 
-def stop(job: Job, quiet: bool) -> None:
-    launchers.of(job.launcher).stop(job, quiet)
+def stop(job: Job, report: Reporter) -> None:
+    launchers.of(job.launcher).stop(job, report)
     set_state(job, "stopped")
 
 
-def unit_states(job: Job, quiet: bool) -> dict[str, dict[str, str]]:
+def unit_states(job: Job, report: Reporter = SILENT) -> dict[str, dict[str, str]]:
     """What the job's launcher says: each node's unit (systemd), or the Slurm job (key ``slurm``)."""
-    return launchers.of(job.launcher).states(job, quiet)
+    return launchers.of(job.launcher).states(job, report)
 
 
 def node_log(job: Job, node: str | None, lines: int, pattern: re.Pattern[str] | None = None) -> tuple[str, list[str]]:
@@ -555,7 +555,7 @@ def follow_job(
     on_progress: Callable[[Progress], None],
     stall_timeout: float,
     poll: float = 0.5,
-    quiet: bool = False,
+    report: Reporter = SHOWN,
     log_interval: int = 1,
     on_waiting: Callable[[str], None] | None = None,
     targets: follow.Targets | None = None,
@@ -621,7 +621,7 @@ def follow_job(
             every = WAIT_POLL if waiting else RUNNING_POLL
             if job.launcher == "slurm" and time.monotonic() - last_asked > every:
                 last_asked = time.monotonic()
-                found = launcher.state(job, quiet=True)  # type: ignore[attr-defined]
+                found = launcher.state(job, SILENT)  # type: ignore[attr-defined]
                 if found.describe() != said:
                     said = found.describe()
                     if on_waiting:
@@ -640,14 +640,14 @@ def follow_job(
             if job.launcher != "slurm" and all(s.startswith(("exited", "failed")) for s in states):
                 all_down_since = all_down_since or time.monotonic()
                 if time.monotonic() - all_down_since > RESTART_SEC + 15:  # the units would have started torchrun again by now
-                    reason = launcher.gave_up(job, log, quiet=True)
+                    reason = launcher.gave_up(job, log, SILENT)
                     if reason is not None:
                         return Outcome("failed", log, reason)
                     all_down_since = None
             else:
                 all_down_since = None
             if time.monotonic() - last_news > stall_timeout:  # hung ranks hold the nodes: stop them
-                stop(job, quiet)
+                stop(job, report)
                 return Outcome("stalled", log, f"no output from any node for {stall_timeout:.0f} s; the job was stopped")
             time.sleep(poll)
     except KeyboardInterrupt:

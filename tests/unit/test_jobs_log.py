@@ -39,7 +39,7 @@ def test_a_slurm_job_over_while_it_was_asked_is_judged_on_the_nodes_last_lines(t
         def log_hosts(self, job):
             return ["node1", "node2"]
 
-        def state(self, job, quiet=True):
+        def state(self, job, report=None):
             asked.append(1)
             for rank, host in enumerate(("node1", "node2")):  # written while Slurm was asked
                 with (tmp_path / "logs" / f"{host}.log").open("a") as handle:

@@ -26,7 +26,7 @@ from megaprov.cluster import runner
 from megaprov.errors import RunFailed, UsageError
 from megaprov.ops.doctor import parsers, signatures
 from megaprov.ops.doctor.findings import Finding, Report, finding
-from megaprov.output import RunProgress
+from megaprov.output import SHOWN, Reporter
 from megaprov.paths import fact_cache_dir, state_dir
 
 LEVELS = ("passive", "quick", "deep")
@@ -503,7 +503,7 @@ class Request:
     limit: str | None = None
     drain: bool = False
     extravars: dict[str, Any] = field(default_factory=dict)
-    quiet: bool = False
+    report: Reporter = SHOWN
 
 
 def examine(req: Request) -> Report:
@@ -552,7 +552,7 @@ def _run(req: Request, hosts: list[str], doctor: dict[str, Any], collect: tuple[
         fact_cache_dir=fact_cache_dir(Path(req.inventory)),
         options=runner.RunOptions(limit=",".join(hosts), extravars={**req.extravars, "megaprov_doctor": doctor}),
     )
-    progress = RunProgress(total_hosts=len(hosts), quiet=req.quiet)
+    progress = req.report.run(len(hosts))
     try:
         result = runner.run(spec, progress, collect)
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from megaprov.output import Reporter
     from megaprov.training.follow import JobLog
     from megaprov.training.jobs import Job
 
@@ -18,19 +19,19 @@ if TYPE_CHECKING:
 class Launcher(Protocol):
     name: str
 
-    def start(self, job: Job, job_vars: dict[str, Any], quiet: bool, strategy: str) -> None:
+    def start(self, job: Job, job_vars: dict[str, Any], report: Reporter, strategy: str) -> None:
         """Start the staged job (its bundle is in ``job_vars``); raise with the reason when it cannot."""
 
-    def stop(self, job: Job, quiet: bool) -> None:
+    def stop(self, job: Job, report: Reporter) -> None:
         """SIGTERM to every rank (they save a checkpoint), wait for them, leave nothing running."""
 
-    def states(self, job: Job, quiet: bool) -> dict[str, dict[str, str]]:
+    def states(self, job: Job, report: Reporter) -> dict[str, dict[str, str]]:
         """What the launcher says about the job: per node (systemd units) or for the job (``slurm``)."""
 
     def log_hosts(self, job: Job) -> list[str]:
         """The nodes whose logs the follower reads now."""
 
-    def gave_up(self, job: Job, log: JobLog, quiet: bool) -> str | None:
+    def gave_up(self, job: Job, log: JobLog, report: Reporter) -> str | None:
         """Asked when every node's torchrun has exited: the reason the job will not run again, or None."""
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from megaprov import values
 from megaprov.errors import UsageError
+from megaprov.output import SILENT, Reporter
 
 SLURM_ID = re.compile(r"^\d{1,12}$")
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
@@ -134,7 +135,7 @@ def parse_state(job: str, text: str) -> SlurmState:
 class SlurmLauncher:
     name = "slurm"
 
-    def _run(self, job: Any, action: str, quiet: bool, **extra: Any) -> Any:
+    def _run(self, job: Any, action: str, report: Reporter, **extra: Any) -> Any:
         from megaprov import paths
         from megaprov.cluster import inventory as inv
         from megaprov.training import jobs
@@ -142,13 +143,13 @@ class SlurmLauncher:
         # The host Ansible reaches comes from the inventory, never from job.json (the cluster user can write it).
         job.submit_host = jobs.submit_host(inv.load(job.inventory, paths.roles_dir(), paths.cluster_defaults()))
         job_vars = job.vars(action=action, submit_host=job.submit_host, slurm_id=current_id(job) or "0", **extra)
-        return jobs._play(job, "job_slurm.yml", job_vars, quiet, collect=("ansible.builtin.command", "command"), hosts=1)
+        return jobs._play(job, "job_slurm.yml", job_vars, report, collect=("ansible.builtin.command", "command"), hosts=1)
 
-    def start(self, job: Any, job_vars: dict[str, Any], quiet: bool, strategy: str) -> None:
+    def start(self, job: Any, job_vars: dict[str, Any], report: Reporter, strategy: str) -> None:
         from megaprov.training import jobs
 
         submit = {**job_vars, "action": "submit", "submit_host": job.submit_host, "slurm_id": "0", "grace": 0}
-        result = jobs._play(job, "job_slurm.yml", submit, quiet, collect=("ansible.builtin.command", "command"), hosts=1)
+        result = jobs._play(job, "job_slurm.yml", submit, report, collect=("ansible.builtin.command", "command"), hosts=1)
         if not result.ok:
             raise jobs._failure(result, f"job {job.name} not submitted")
         submitted = [t for t in result.results if t.task == "Submit the batch script"]
@@ -156,24 +157,24 @@ class SlurmLauncher:
             raise jobs.JobFailed(f"job {job.name}: sbatch printed no job id", f"see {result.artifacts}/stdout")
         job.slurm_id = job_id(str(submitted[-1].res.get("stdout", "")), "sbatch --parsable")
 
-    def state(self, job: Any, quiet: bool = True) -> SlurmState:
-        result = self._run(job, "status", quiet)
+    def state(self, job: Any, report: Reporter = SILENT) -> SlurmState:
+        result = self._run(job, "status", report)
         if not result.ok:  # the controller did not answer this time (a bootstrap restarting slurmctld, SSH)
             first = result.failures[0].message if result.failures else f"ansible-playbook ended with status {result.status}"
             return SlurmState(current_id(job), "UNKNOWN", values.printable(first)[:200])
         found = [t for t in result.results if t.task == "Read the job's state"]
         return parse_state(current_id(job), str(found[-1].res.get("stdout", "")) if found else "")
 
-    def stop(self, job: Any, quiet: bool) -> None:
+    def stop(self, job: Any, report: Reporter) -> None:
         from megaprov.training import jobs
 
         grace = _grace(job)
-        result = self._run(job, "stop", quiet, grace=grace)
+        result = self._run(job, "stop", report, grace=grace)
         if not result.ok:
             raise jobs._failure(result, f"job {job.name}: stop failed")
 
-    def states(self, job: Any, quiet: bool) -> dict[str, dict[str, str]]:
-        found = self.state(job, quiet)
+    def states(self, job: Any, report: Reporter) -> dict[str, dict[str, str]]:
+        found = self.state(job, report)
         return {"slurm": {k: "" if v is None else str(v) for k, v in found.as_dict().items()}}
 
     def log_hosts(self, job: Any) -> list[str]:
@@ -188,8 +189,8 @@ class SlurmLauncher:
             return []
         return [line.strip() for line in text.splitlines() if values.HOST_NAME.fullmatch(line.strip())][: values.MAX_HOSTS]
 
-    def gave_up(self, job: Any, log: Any, quiet: bool) -> str | None:
-        found = self.state(job, quiet=True)
+    def gave_up(self, job: Any, log: Any, report: Reporter) -> str | None:
+        found = self.state(job, report=SILENT)
         if found.alive:
             return None
         return f"{found.describe()}; " + "; ".join(_events(job)[-2:])

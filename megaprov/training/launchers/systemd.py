@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from megaprov.output import SILENT, Reporter
+
 if TYPE_CHECKING:
     from megaprov.training.follow import JobLog
     from megaprov.training.jobs import Job
@@ -13,26 +15,26 @@ if TYPE_CHECKING:
 class SystemdLauncher:
     name = "systemd"
 
-    def start(self, job: Job, job_vars: dict[str, Any], quiet: bool, strategy: str) -> None:
+    def start(self, job: Job, job_vars: dict[str, Any], report: Reporter, strategy: str) -> None:
         from megaprov.training import jobs
 
-        result = jobs._play(job, "job_launch.yml", job_vars, quiet, strategy=strategy)
+        result = jobs._play(job, "job_launch.yml", job_vars, report, strategy=strategy)
         if not result.ok:
             if any(f.task.startswith("Start") for f in result.failures):
-                jobs._play(job, "job_stop.yml", job.vars(), quiet)  # some units may run: stop them all
+                jobs._play(job, "job_stop.yml", job.vars(), report)  # some units may run: stop them all
             raise jobs._failure(result, f"job {job.name} not started")
 
-    def stop(self, job: Job, quiet: bool) -> None:
+    def stop(self, job: Job, report: Reporter) -> None:
         from megaprov.training import jobs
 
-        result = jobs._play(job, "job_stop.yml", job.vars(), quiet)
+        result = jobs._play(job, "job_stop.yml", job.vars(), report)
         if not result.ok:
             raise jobs._failure(result, f"job {job.name}: stop failed")
 
-    def states(self, job: Job, quiet: bool) -> dict[str, dict[str, str]]:
+    def states(self, job: Job, report: Reporter) -> dict[str, dict[str, str]]:
         from megaprov.training import jobs
 
-        result = jobs._play(job, "job_status.yml", job.vars(), quiet, collect=("ansible.builtin.command", "command"))
+        result = jobs._play(job, "job_status.yml", job.vars(), report, collect=("ansible.builtin.command", "command"))
         if not result.ok:
             raise jobs._failure(result, f"job {job.name}: unit state unknown")
         states = {}
@@ -44,8 +46,8 @@ class SystemdLauncher:
     def log_hosts(self, job: Job) -> list[str]:
         return list(job.hosts)
 
-    def gave_up(self, job: Job, log: JobLog, quiet: bool) -> str | None:
-        units = self.states(job, quiet=True)
+    def gave_up(self, job: Job, log: JobLog, report: Reporter) -> str | None:
+        units = self.states(job, report=SILENT)
         if any(u.get("ActiveState") in ("active", "activating", "reloading") for u in units.values()):
             return None
         failed = ", ".join(f"{h} ({log.node_state(h)})" for h in job.hosts if log.node_state(h) != "exited-0")
