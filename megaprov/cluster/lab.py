@@ -189,20 +189,14 @@ def _inspect(lab: str | None) -> list[tuple[str, Node]]:
     out = podman("inspect", "--format", fmt, *names, check=False)
     if len(out.splitlines()) < len(names):
         # A container listed a moment ago can be gone (or half removed, by a `lab down` beside this) when it is
-        # inspected: inspect them one by one and leave out those podman can no longer read.
-        out = "".join(_inspect_one(fmt, name) for name in names)
+        # inspected: inspect them one by one; one podman can no longer read prints nothing and is left out.
+        out = "".join(podman("inspect", "--format", fmt, name, check=False) for name in names)
     found = []
     for line in out.splitlines():
         owner, cname, state, address, hostname, fixed = (line.split("|") + [""] * 6)[:6]
         # A stopped container has no address on its network; a lab node keeps its fixed one.
         found.append((owner, Node(hostname, cname, address or ("" if fixed.startswith("<no value>") else fixed), state)))
     return sorted(found, key=lambda item: (item[0], int(item[1].container.rsplit("node", 1)[1] or 0)))
-
-
-def _inspect_one(fmt: str, name: str) -> str:
-    """One container's line, or nothing where podman no longer knows it (removed, or stuck in its removal)."""
-    proc = subprocess.run(["podman", "inspect", "--format", fmt, name], capture_output=True, env=podman_env(), timeout=600, check=False)
-    return proc.stdout.decode(errors="replace") if proc.returncode == 0 else ""
 
 
 def nodes(lab: str) -> list[Node]:
