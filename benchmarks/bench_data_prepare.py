@@ -173,13 +173,14 @@ def main() -> None:
                 prefix = root / f"upstream-{workers}"
                 peak, seconds = upstream_prepare(tree, src, prefix, vocab, merges, workers)
                 up[workers] = seconds
-                same = all(
+                same = bool(kept) and all(  # megaprov's output with 1 worker, where it ran
                     Path(f"{prefix}_text_document{ext}").read_bytes() == next(k for k in kept if k.name.endswith(ext)).read_bytes()
                     for ext in (".bin", ".idx")
                 )
+                verdict = "identical" if same else "DIFFERENT" if kept else "not compared"
                 print(
                     f"{'upstream':<10} {workers:>7} {seconds:>8.1f} {'':>10} {'':>12} {src.stat().st_size / 1e6 / seconds:>7.1f}"
-                    f" {peak / 2**20:>7.0f} MiB  (Megatron-LM preprocess_data.py; output {'identical' if same else 'DIFFERENT'})"
+                    f" {peak / 2**20:>7.0f} MiB  (Megatron-LM preprocess_data.py; output {verdict})"
                 )
             for workers, seconds in up.items():
                 if ("gpt2-bpe", workers) in walls:

@@ -96,7 +96,6 @@ def _corpus(args: argparse.Namespace) -> Outcome:
 def _prepare(args: argparse.Namespace) -> Outcome:
     from megaprov.training import data, jobview
 
-    err = console(stderr=True)
     say = reporter(args)
     data.check_arguments(args.input, args.output_prefix, args.json_keys, args.workers)  # before the slow imports
     if args.inventory:
@@ -106,10 +105,9 @@ def _prepare(args: argparse.Namespace) -> Outcome:
 
     def progress(p: Any) -> None:
         # each line is shown when the next one comes: the last one would only repeat the summary that ends the run
-        if say.shown:
-            if pending:
-                err.print(pending.pop(), markup=False)
-            pending.append(jobview.progress_line(p))
+        if pending:
+            say.say(pending.pop())
+        pending.append(jobview.progress_line(p))
 
     spec = data.TokenizerSpec(args.tokenizer, args.vocab_file, args.merge_file, args.tokenizer_path, args.eod_token)
     # the final figures are the result (stdout), not one more progress line (stderr)

@@ -162,13 +162,6 @@ class Encoded:
     hint: str = "fix or remove that line"  # its fix (apart: a file name may hold any text, '; ' included)
     error_line: int = 0  # the bad line's number within its chunk, from 0 (blank lines counted)
 
-    def documents(self, key: str) -> Iterator[np.ndarray]:
-        tokens, lengths = self.docs[key]
-        start = 0
-        for length in lengths.tolist():
-            yield tokens[start : start + length]
-            start += length
-
     @property
     def count(self) -> int:
         return len(next(iter(self.docs.values()))[1]) if self.docs else 0
@@ -330,22 +323,27 @@ def _ordered(inputs: Sequence[Path], workers: int, init: tuple[Any, ...]) -> Ite
             yield done, result.get()
 
 
+def documents(tokens: np.ndarray, lengths: np.ndarray) -> Iterator[np.ndarray]:
+    """A chunk's tokens cut back into its documents."""
+    start = 0
+    for length in lengths.tolist():
+        yield tokens[start : start + length]
+        start += length
+
+
 def _append(builder: Any, tokens: np.ndarray, lengths: np.ndarray) -> None:
     """A chunk's documents into megatron-core's builder: what ``add_document`` does once per document (its tokens
     to the .bin, its length, the document's end), done for all of them at once. A builder without those lists
     (another megatron-core) gets ``add_document`` per document."""
-    data_file, sequences, documents = (getattr(builder, name, None) for name in ("data_file", "sequence_lengths", "document_indices"))
-    if not isinstance(sequences, list) or not isinstance(documents, list) or data_file is None or getattr(builder, "multimodal", False):
-        start = 0
-        for length in lengths.tolist():
-            ids = tokens[start : start + length]
+    data_file, sequences, indices = (getattr(builder, name, None) for name in ("data_file", "sequence_lengths", "document_indices"))
+    if not isinstance(sequences, list) or not isinstance(indices, list) or data_file is None or getattr(builder, "multimodal", False):
+        for ids in documents(tokens, lengths):
             builder.add_document(ids, [ids.size])
-            start += length
         return
     data_file.write(np.asarray(tokens, dtype=builder.dtype).tobytes(order="C"))
     first = len(sequences)
     sequences.extend(lengths.tolist())
-    documents.extend(range(first + 1, first + 1 + len(lengths)))
+    indices.extend(range(first + 1, first + 1 + len(lengths)))
 
 
 def prepare(

@@ -40,7 +40,7 @@ def test_a_batch_becomes_token_arrays_with_end_of_document(worker):
     assert tokens.tolist() == [97, 98, 256, 99, 256]  # 'a' 'b' EOD 'c' EOD; the empty document is skipped
     assert lengths.tolist() == [3, 2]
     assert tokens.dtype == np.uint16 and lengths.dtype == np.int64
-    assert [d.tolist() for d in encoded.documents("text")] == [[97, 98, 256], [99, 256]]
+    assert [d.tolist() for d in data.documents(*encoded.docs["text"])] == [[97, 98, 256], [99, 256]]
     assert (encoded.count, encoded.skipped_empty, encoded.bytes_in) == (2, 1, 15 + 13 + 14)  # the three lines' bytes, newlines included
 
 
