@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from megaprov.commands.base import Outcome, command, family, inventory_flag, need_inventory
+from megaprov.commands.base import Outcome, command, family, inventory_flag, need_inventory, reporter
 from megaprov.output import console
 
 
@@ -53,14 +53,9 @@ def _build(args: argparse.Namespace) -> Outcome:
     if not args.directory:
         raise UsageError("megaprov bundle build needs --dir DIR", "give a new directory for the bundle (-o is the report's format)")
     inventory = need_inventory(args)
-    err = console(stderr=True)
-
-    def progress(message: str) -> None:
-        if args.output != "json":
-            err.print(f"bundle: {message}", markup=False)
-
+    say = reporter(args)
     dist = bundle.distribution(args.distribution)
-    built = bundle.build(Path(inventory), Path(args.directory), dist, args.arch, args.security_mirror, progress)
+    built = bundle.build(Path(inventory), Path(args.directory), dist, args.arch, args.security_mirror, lambda message: say.say(f"bundle: {message}"))
 
     def show() -> None:
         timing = ", ".join(f"{part} {seconds:.0f}s" for part, seconds in built.seconds.items())

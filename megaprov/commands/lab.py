@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from megaprov.commands.base import Outcome, command, family, positive
+from megaprov.commands.base import Outcome, command, family, positive, reporter
 from megaprov.output import console
 
 
@@ -49,13 +49,8 @@ def register(sub: Any) -> None:
 
 
 def _progress(args: argparse.Namespace) -> Any:
-    err = console(stderr=True)
-
-    def progress(message: str) -> None:
-        if args.output != "json":
-            err.print(f"lab: {message}", markup=False)
-
-    return progress
+    say = reporter(args)
+    return lambda message: say.say(f"lab: {message}")
 
 
 def _up(args: argparse.Namespace) -> Outcome:
