@@ -9,23 +9,68 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
+from rich.text import Text
+
+from megaprov import values
 
 # The envelope's version (schemas/envelope-v2.json): 2 made errors objects (code, kind, message, fix, file, line, field)
 # and ``command`` the full subcommand path.
 JSON_SCHEMA_VERSION = 2
 
 
+class _Console(Console):
+    """rich's console as megaprov's one sink for the terminal. Much of what it prints came from the cluster (log
+    lines, node and job names, Prometheus labels, evidence quoted from a log), so: no markup, emoji codes or
+    highlighting are interpreted in strings (``[link=...]`` or ``[/]`` in a log line stays text; megaprov styles its
+    own words with :class:`rich.text.Text`), and every segment of text it writes passes :func:`values.printable` (an
+    escape sequence in a cell shows as ``\\x1b``). rich's own control segments (cursor moves of a live status) and
+    the colours it renders around the text are left as they are."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        # Escaped before layout, so that a table's columns are measured on what is shown.
+        return super().render_str(values.printable(text, lines=True), **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # The net under it: text that reached rich as a Text (not a str) is escaped on the way out.
+        return super()._render_buffer(
+            segment if segment.control else Segment(values.printable(segment.text, lines=True), segment.style, segment.control) for segment in buffer
+        )
+
+
 def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     # Logs and pipes get wide tables rather than rich's 80-column default.
     width = None if stream.isatty() or os.environ.get("COLUMNS") else 140
-    return Console(stderr=stderr, no_color=bool(os.environ.get("NO_COLOR")), highlight=False, soft_wrap=True, width=width)
+    return _Console(
+        stderr=stderr,
+        no_color=bool(os.environ.get("NO_COLOR")),
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=True,
+        width=width,
+    )
+
+
+def write_lines(lines: Iterable[str]) -> None:
+    """Lines that came from outside (a node's log, a journal) to stdout as they are, each through
+    :func:`values.printable` (no rich: a log is not reflowed)."""
+    for line in lines:
+        sys.stdout.write(values.printable(line) + "\n")
+    sys.stdout.flush()
+
+
+def styled(text: str, style: str) -> Text:
+    """A table cell or line in one of megaprov's own styles (markup is off: see :class:`_Console`)."""
+    return Text(values.printable(text), style=style)
 
 
 def _plain(value: Any) -> Any:
@@ -140,7 +185,7 @@ def verdict_table(rows: list[dict[str, Any]], title: str) -> Table:
     styles = {"pass": "green", "warn": "yellow", "fail": "bold red"}
     for row in rows:
         table.add_row(
-            row["host"], row["check"], str(row.get("value", "")), f"[{styles.get(row['status'], '')}]{row['status']}[/]", row.get("reason", "")
+            row["host"], row["check"], str(row.get("value", "")), styled(row["status"], styles.get(row["status"], "")), row.get("reason", "")
         )
     return table
 

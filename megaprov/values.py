@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import posixpath
 import re
 import shlex
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,10 +76,27 @@ def _fail(field: str, value: Any, problem: str, fix: str) -> BadValue:
     return BadValue(field, value, problem, fix)
 
 
-def printable(value: str) -> str:
-    """``value`` for a terminal: as it is, or its repr when it holds control characters (an escape sequence in a
-    directory name must not repaint the operator's screen)."""
-    return value if _CONTROL.search(value) is None else repr(value)
+# What a terminal acts on besides printing: C0 and C1 controls (ESC starts every escape sequence: colours, cursor
+# moves, window titles, OSC 52 clipboard writes, OSC 8 links), DEL, and the Unicode format characters that reorder
+# or hide text (bidirectional overrides and isolates, zero-width characters, line and paragraph separators).
+_FORMAT = "\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb"
+_ESCAPED = re.compile(f"[\x00-\x1f{_FORMAT}]")
+_ESCAPED_KEEP_LINES = re.compile(f"[\x00-\x08\x0b-\x1f{_FORMAT}]")  # newline and tab kept
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(value: object, lines: bool = False) -> str:
+    """The one escaping function for text that came from outside megaprov (a log line, a node or job name, a label,
+    an answer from a node or Prometheus) on its way to a terminal: every control or format character becomes its
+    escape (ESC shows as ``\\x1b``), so nothing repaints the screen, sets a title, writes the clipboard or hides
+    text. ``lines`` keeps newlines and tabs (a whole rendered table). Rich markup is not interpreted by megaprov's
+    consoles (:func:`megaprov.output.console`), so ``[link=...]`` stays text."""
+    text = value if isinstance(value, str) else str(value)
+    return (_ESCAPED_KEEP_LINES if lines else _ESCAPED).sub(_escape_char, text)
 
 
 def control_character(value: str) -> str | None:
@@ -369,10 +388,16 @@ def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> 
         raise UsageError(f"{what} {file} cannot be read ({exc.strerror or exc.__class__.__name__})", "check its permissions") from None
     if file.is_dir():
         raise UsageError(f"{what} {file} is a directory", "pass the path of a file")
+    if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read for ever, a device never end
+        raise UsageError(f"{what} {file} is not a regular file", "pass the path of a file")
     if info.st_size > max_bytes:
         raise UsageError(f"{what} {file} is {info.st_size:,} bytes", f"keep it under {max_bytes:,} bytes")
     try:
-        with file.open("rb") as handle:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the stat above
+                raise UsageError(f"{what} {file} is not a regular file", "pass the path of a file")
+            os.set_blocking(fd, True)
             data = handle.read(max_bytes + 1)
     except OSError as exc:
         raise UsageError(f"{what} {file} cannot be read ({exc.strerror or exc.__class__.__name__})", "check its permissions") from None

@@ -9,7 +9,7 @@ from typing import Any
 
 from megaprov.commands.base import Outcome, command, extravars, inventory_flag, need_inventory, note, reporter, upto
 from megaprov.errors import ExitCode, UsageError
-from megaprov.output import console
+from megaprov.output import console, write_lines
 
 
 def register(sub: Any) -> None:
@@ -169,7 +169,7 @@ def _logs(args: argparse.Namespace) -> Outcome:
         query = logs.build(found, args.node, args.since, args.grep, args.lines)
         lines = logs.read(path, query, reporter(args))
         result = {"host": query.host, "node": args.node, "lines": lines}
-    return Outcome("logs", result, text=lambda: print("\n".join(lines)) if lines else None)
+    return Outcome("logs", result, text=lambda: write_lines(lines))
 
 
 def _doctor(args: argparse.Namespace) -> Outcome:

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from megaprov import values
+from megaprov import untrusted
 from megaprov.cluster.runner import STRATEGIES
 from megaprov.commands.base import Outcome, command, family, fraction, inventory_flag, need_inventory, note, reporter, upto
-from megaprov.errors import ExitCode, UsageError
-from megaprov.output import Reporter, console
+from megaprov.errors import ExitCode, MegaprovError, UsageError
+from megaprov.output import Reporter, console, write_lines
 
 
 def _shape(p: argparse.ArgumentParser) -> None:
@@ -159,10 +159,13 @@ def _unhealthy(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(unhealthy)
 
 
-def _spec_and_cluster(args: argparse.Namespace, path: str, exclude: tuple[str, ...] = ()) -> tuple[Any, str, Any, list[tuple[str, str]]]:
+def _spec_and_cluster(
+    args: argparse.Namespace, path: str, exclude: tuple[str, ...] = (), root: Path | None = None
+) -> tuple[Any, str, Any, list[tuple[str, str]]]:
+    """The spec at ``path`` (below ``root``: a job's stored spec, the cluster user's file) and the cluster it runs on."""
     from megaprov.training import launch
 
-    spec, text = launch.read(path)
+    spec, text = launch.read(path, root)
     if getattr(args, "name", None) and args.command_path == "train":
         spec = spec.model_copy(update={"name": args.name})
     found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu, exclude))
@@ -286,16 +289,17 @@ def _train(args: argparse.Namespace) -> Outcome:
         found_job = jobs.find(args.resume, args.inventory)
         args.inventory = args.inventory or str(found_job.inventory)
         spec_path = str(found_job.local_dir / "spec.yml")
+        spec_root = untrusted.job_root(found_job.local_dir)
     elif not args.job:
         raise UsageError("megaprov train needs -f JOB.yml", "or --resume NAME to continue a job")
     else:
-        spec_path = args.job
+        spec_path, spec_root = args.job, None
     need_inventory(args)
     if args.name and not NAME_PATTERN.fullmatch(args.name):
         raise UsageError(
             f"--name {args.name!r} is not a job name", "use lowercase letters, digits, '.', '_' and '-' (up to 63), starting with a letter or digit"
         )
-    spec, text, found, hosts = _spec_and_cluster(args, spec_path, _unhealthy(args))
+    spec, text, found, hosts = _spec_and_cluster(args, spec_path, _unhealthy(args), spec_root)
     planned = planner.plan(spec, found)
     if planned.fits is False:
         return Outcome("train", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED, fit_error(spec, planned, found))
@@ -371,7 +375,7 @@ def _job_attach(args: argparse.Namespace) -> Outcome:
 
     job = jobs.find(args.name, args.inventory)
     inventory = args.inventory or str(job.inventory)
-    spec, text = launch.read(str(job.local_dir / "spec.yml"))
+    spec = jobs.job_spec(job)
     state = jobs.job_state(job)
     if state not in ("starting", "running", "submitted"):
         raise UsageError(f"job {job.name} is {state}, not running", f"`megaprov job status {job.name}` shows its verdict")
@@ -391,8 +395,18 @@ def _jobs(args: argparse.Namespace) -> Outcome:
     rows = jobs.listing(args.inventory)
     # a job that ended while nobody followed it (--detach) gets its verdict whenever its state is read
     unjudged = [r["name"] for r in rows if r["state"] in ("starting", "running") and r["verdict"] is None]
-    if [name for name in unjudged if jobs.settle(jobs.find(name, args.inventory))]:
+    problems: dict[str, str] = {}
+    for name in unjudged:
+        try:
+            if jobs.settle(jobs.find(name, args.inventory)):
+                problems[""] = ""  # listed again below, with the new verdict
+        except MegaprovError as exc:  # one job's bad files (no spec.yml, a link) do not hide the others
+            problems[name] = exc.message
+    if "" in problems:
         rows = jobs.listing(args.inventory)
+    for r in rows:
+        if r["name"] in problems:
+            r["problem"] = problems[r["name"]]
 
     def show() -> None:
         out = console()
@@ -402,8 +416,8 @@ def _jobs(args: argparse.Namespace) -> Outcome:
             out.print(
                 f"{r['name']}: {r['state']}, verdict {r['verdict'] or '-'}, {r['nodes']} node(s), started {r['started']}, "
                 + (f"Slurm job {r['slurm_job_id']}, " if r.get("slurm_job_id") else "")
-                + values.printable(str(r["job_dir"])),
-                markup=False,
+                + str(r["job_dir"])
+                + (f" ({r['problem']})" if r.get("problem") else ""),
             )
 
     return Outcome("jobs", {"jobs": rows}, text=show)
@@ -435,10 +449,10 @@ def _job_running(args: argparse.Namespace) -> Outcome:
         if args.follow:
             if not say.shown:
                 raise UsageError("job logs -f prints lines as they come", "drop -o json, or drop -f for one JSON document")
-            host = jobs.follow_log(job, args.node, args.lines, lambda line: print(line, flush=True))
+            host = jobs.follow_log(job, args.node, args.lines, lambda line: write_lines([line]))
             return Outcome("job logs", {"job": job.name, "node": host}, document=True)
         host, lines = jobs.node_log(job, args.node, args.lines)
         # the lines are the job's (hostile where the job is): shown with their control characters escaped
-        return Outcome("job logs", {"job": job.name, "node": host, "lines": lines}, text=lambda: print("\n".join(map(values.printable, lines))))
+        return Outcome("job logs", {"job": job.name, "node": host, "lines": lines}, text=lambda: write_lines(lines))
     meta, status = jobview.job_status(job, jobs.unit_states(job))
     return Outcome("job status", {**meta, **status}, text=lambda: jobview.render_job_status(meta, status))

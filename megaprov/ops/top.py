@@ -6,10 +6,12 @@ one HTTP call is bounded in time and size."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import math
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -18,10 +20,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from megaprov import values
 from megaprov.cluster import inventory as inv
 from megaprov.errors import HostsUnreachable, RunFailed, UsageError
 
-TIMEOUT = 5.0
+TIMEOUT = 5.0  # one socket read
+DEADLINE = 15.0  # one whole request (connect, headers, body)
 MAX_BODY = 8 * 1024 * 1024
 
 # name -> PromQL; each answers one instant vector
@@ -105,6 +109,11 @@ def _value(sample: dict[str, Any]) -> float | None:
     return number if math.isfinite(number) or math.isnan(number) else None
 
 
+def _count(value: float | None) -> int:
+    """A count from a sample: a whole, finite, non-negative number, else 0 (nan, inf and -1 are not counts)."""
+    return int(value) if value is not None and math.isfinite(value) and 0 <= value < 1e12 else 0
+
+
 def _by(results: list[dict[str, Any]], *labels: str) -> dict[tuple[str, ...], float | None]:
     return {tuple(str(r.get("metric", {}).get(label, "")) for label in labels): _value(r) for r in results}
 
@@ -124,10 +133,10 @@ def fold(url: str, answers: dict[str, list[dict[str, Any]]]) -> Snapshot:
                 node,
                 up.get((node,)) == 1.0,
                 get("load1"),
-                int(get("cpus") or 0) or None,
+                _count(get("cpus")) or None,
                 get("mem_used"),
-                int(get("gpus") or 0),
-                int(get("gpus_expected") or 0),
+                _count(get("gpus")),
+                _count(get("gpus_expected")),
                 get("gpu_util"),
                 get("gpu_mem"),
             )
@@ -142,13 +151,13 @@ def fold(url: str, answers: dict[str, list[dict[str, Any]]]) -> Snapshot:
             JobRow(
                 job,
                 node,
-                int(jget("job_iteration") or 0),
-                int(jget("job_total") or 0),
+                _count(jget("job_iteration")),
+                _count(jget("job_total")),
                 jget("job_loss"),
                 jget("job_tokens"),
                 jget("job_expected"),
                 jget("job_since"),
-                int(jget("job_restarts") or 0),
+                _count(jget("job_restarts")),
             )
         )
     order = {"critical": 0, "warning": 1}
@@ -244,14 +253,36 @@ def prometheus(found: inv.Inventory, override: str | None, say: Callable[[str], 
             proc.wait()
 
 
+def fetch(target: str, deadline: float = DEADLINE, limit: int = MAX_BODY) -> bytes:
+    """The body of one GET, at most ``limit + 1`` bytes, within ``deadline`` seconds for the whole request. urllib's
+    timeout bounds each socket read, so a server that sends a byte every few seconds would hold it for ever: the
+    request runs in a daemon thread that is abandoned at the deadline."""
+    answer: dict[str, Any] = {}
+
+    def get() -> None:
+        try:
+            with urllib.request.urlopen(target, timeout=TIMEOUT) as response:  # noqa: S310 (an http(s) URL, checked by the caller)
+                answer["body"] = response.read(limit + 1)
+        except Exception as exc:  # noqa: BLE001 (handed to the caller's thread)
+            answer["error"] = exc
+
+    worker = threading.Thread(target=get, name="megaprov-http", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    if worker.is_alive():
+        raise TimeoutError(f"no whole answer within {deadline:g} s")
+    if "error" in answer:
+        raise answer["error"]
+    return bytes(answer["body"])
+
+
 def ask(url: str, expr: str) -> list[dict[str, Any]]:
     """One instant query; the result vector."""
     target = f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     try:
-        with urllib.request.urlopen(target, timeout=TIMEOUT) as response:  # noqa: S310 (an http(s) URL, checked above)
-            body = response.read(MAX_BODY + 1)
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
+        body = fetch(target)
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+        reason = values.printable(getattr(exc, "reason", exc))
         raise HostsUnreachable(
             f"top: Prometheus at {url} does not answer ({reason})",
             "check that the observe stage ran (`megaprov bootstrap -i INVENTORY --tags observe`) and Prometheus runs on the head",
@@ -263,8 +294,9 @@ def ask(url: str, expr: str) -> list[dict[str, Any]]:
     except ValueError:
         raise RunFailed(f"top: {url} does not answer as Prometheus does (not JSON)", "pass --url with Prometheus's address") from None
     if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data", {}).get("result"), list):
-        raise RunFailed(f"top: Prometheus at {url} refused {expr}: {str(doc)[:200]}", "check its version (2.x) and --url")
-    return list(doc["data"]["result"])
+        raise RunFailed(f"top: Prometheus at {url} refused {expr}: {values.printable(str(doc)[:200])}", "check its version (2.x) and --url")
+    # Each sample an object whose labels are an object (a hostile answer gets no further than this)
+    return [r for r in doc["data"]["result"] if isinstance(r, dict) and isinstance(r.get("metric", {}), dict)]
 
 
 def snapshot(url: str) -> Snapshot:
@@ -291,7 +323,7 @@ def render(snap: Snapshot) -> Any:
     for n in snap.nodes:
         gpus = f"{n.gpus}/{n.gpus_expected}" if n.gpus_expected else str(n.gpus or "-")
         nodes.add_row(
-            Text(n.node),
+            Text(values.printable(n.node)),
             Text("up" if n.up else "DOWN", style="" if n.up else "bold red"),
             Text(f"{_num(n.load1, '{:.1f}')}/{n.cpus or '-'}"),
             Text(_pct(n.mem_used)),
@@ -305,7 +337,7 @@ def render(snap: Snapshot) -> Any:
     for j in snap.jobs:
         share = j.tokens_per_second / j.expected if j.tokens_per_second is not None and j.expected else None
         jobs.add_row(
-            Text(j.job),
+            Text(values.printable(j.job)),
             Text(f"{j.iteration}/{j.total}" if j.total else str(j.iteration)),
             Text(_num(j.loss, "{:.3f}")),
             Text(_num(j.tokens_per_second)),
@@ -317,6 +349,10 @@ def render(snap: Snapshot) -> Any:
     for column in ("alert", "severity", "where"):
         alerts.add_column(column)
     for a in snap.alerts:
-        alerts.add_row(Text(a.name), Text(a.severity, style="bold red" if a.severity == "critical" else "yellow"), Text(a.where))
+        alerts.add_row(
+            Text(values.printable(a.name)),
+            Text(values.printable(a.severity), style="bold red" if a.severity == "critical" else "yellow"),
+            Text(values.printable(a.where)),
+        )
     parts: list[Any] = [nodes, jobs if snap.jobs else Text("running jobs: none"), alerts if snap.alerts else Text("firing alerts: none")]
     return Group(*parts)

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from megaprov import untrusted
 from megaprov.owner import as_owner_of
 
 _ITERATION = re.compile(r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s+)?iteration\s+(?P<it>\d+)/\s*(?P<total>\d+)\s*\|(?P<rest>.*)$")
@@ -247,33 +248,45 @@ class JobLog:
         return [self.iterations[k] for k in sorted(self.iterations)]
 
 
-class LogReader:
-    """Reads new complete lines from a growing file (a node's log on the shared directory)."""
+MAX_READ = 64 << 20  # bytes of a log read in one look (a larger backlog is read over the next looks)
+MAX_PARTIAL = 1 << 20  # a line without an end this long is taken as it is
+MAX_CSV_BYTES = 64 << 20  # a node's nvidia-smi samples (a week at 4 GPUs every 10 s is about 15 MB)
 
-    def __init__(self, path: Path) -> None:
+
+class LogReader:
+    """Reads new complete lines from a growing file (a node's log on the shared directory, below ``root``: read
+    through :mod:`megaprov.untrusted`, so a link or a FIFO in its place is refused, not followed or waited on)."""
+
+    def __init__(self, path: Path, root: Path) -> None:
         self.path = path
+        self.root = root
         self.offset = 0
         self.partial = b""
 
     def lines(self) -> list[str]:
         try:
-            with self.path.open("rb") as handle:
+            with untrusted.open_binary(self.path, self.root) as handle:
+                if os.fstat(handle.fileno()).st_size < self.offset:  # truncated or replaced: from its start
+                    self.offset, self.partial = 0, b""
                 handle.seek(self.offset)
-                data = handle.read()
-        except FileNotFoundError:
+                data = handle.read(MAX_READ)
+        except untrusted.Missing:
             return []
         self.offset += len(data)
         data = self.partial + data
         *complete, self.partial = data.split(b"\n")
+        if len(self.partial) > MAX_PARTIAL:
+            complete, self.partial = [*complete, self.partial], b""
         return [raw.decode("utf-8", "replace") for raw in complete]
 
 
-def gpu_samples(path: Path) -> list[dict[str, float]]:
-    """nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used,memory.total csv lines, parsed."""
+def gpu_samples(path: Path, root: Path | None) -> list[dict[str, float]]:
+    """nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used,memory.total csv lines, parsed (its last
+    MAX_CSV_BYTES; a missing file has none; a link, FIFO or directory in its place is refused)."""
     rows: list[dict[str, float]] = []
     try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
+        text = untrusted.read_text(path, "GPU samples", MAX_CSV_BYTES, root, tail=True, strict=False)
+    except untrusted.Missing:
         return rows
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]

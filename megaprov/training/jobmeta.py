@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megaprov import values
+from megaprov import untrusted, values
 from megaprov.errors import UsageError
 from megaprov.training import render
 
+MAX_RESUMES = 1_000_000
 STATE = re.compile(r"^[a-z][a-z-]{0,31}$")
 _HINT = "job.json is written by megaprov (the cluster user can change it): restore it or remove the job directory"
 
@@ -40,6 +41,8 @@ class JobMeta:
     launcher: str = "systemd"
     slurm_id: str = ""  # digits only
     submit_host: str = ""  # a host name (Ansible reaches it to ask Slurm)
+    resumes: int = 0  # how often `train --resume` started it again
+    first_started: str | None = None
 
 
 def _check(check: Any, value: Any, where: str, *args: Any) -> Any:
@@ -90,6 +93,10 @@ def parse(text: str, where: str, name: str) -> JobMeta:
     slurm_id = data.get("slurm_job_id", "")
     if not isinstance(slurm_id, str) or not re.fullmatch(r"(\d{1,12})?", slurm_id):
         raise UsageError(f"{where}: slurm_job_id={values.shown(slurm_id)} is not a Slurm job id", _HINT)
+    resumes = _check(values.bounded_int, data.get("resumes", 0), f"{where}: resumes", 0, MAX_RESUMES)
+    first_started = data.get("first_started", started)
+    if first_started is not None:
+        _check(values.text, first_started, f"{where}: first_started", 64)
     submit = data.get("submit_host", "")
     if launcher == "slurm":
         submit = _check(values.host_name, submit, f"{where}: submit_host")
@@ -109,9 +116,12 @@ def parse(text: str, where: str, name: str) -> JobMeta:
         launcher,
         slurm_id,
         submit if isinstance(submit, str) else "",
+        resumes,
+        first_started,
     )
 
 
 def load(path: Path, name: str) -> JobMeta:
-    """Read and check ``path`` (at most 1 MiB of UTF-8 JSON)."""
-    return parse(values.read_text(path, "job file"), str(path), name)
+    """Read and check ``path`` (``<view>/jobs/NAME/job.json``: at most 1 MiB of UTF-8 JSON, a regular file reached
+    without links below the shared directory's view, :mod:`megaprov.untrusted`)."""
+    return parse(untrusted.read_text(path, "job file", values.MAX_FILE_BYTES, untrusted.job_root(path.parent)), str(path), name)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from megaprov import paths, values
+from megaprov import paths, untrusted, values
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import runner
 from megaprov.errors import EnvironmentProblem, ExitCode, HostsUnreachable, MegaprovError, UsageError
@@ -115,10 +115,10 @@ def find(name: str, inventory_path: str | None = None) -> Job:
         local = Path(record["local_dir"])
     if inventory is None:
         raise UsageError(f"no job {name!r} is known on this machine", "pass -i INVENTORY of the cluster it ran on (megaprov jobs lists known jobs)")
-    if local is None or not (local / "job.json").is_file():
+    if local is None or untrusted.kind(local / "job.json", untrusted.job_root(local)) == "missing":
         local = shared_view(inventory) / "jobs" / name
     jobdir.refresh(local)  # through the head where this machine does not mount the shared directory
-    if not (local / "job.json").is_file():
+    if untrusted.kind(local / "job.json", untrusted.job_root(local)) == "missing":
         raise UsageError(f"no job {name!r} in {local.parent}", "megaprov jobs lists the jobs")
     meta = jobmeta.load(local / "job.json", name)
     return Job(
@@ -148,11 +148,13 @@ def listing(inventory_path: str | None) -> list[dict[str, Any]]:
             for name in jobdir.list_jobs(jobs_dir.parent):
                 if values.JOB_NAME.fullmatch(name):
                     jobdir.refresh(jobs_dir / name)
-        for found in sorted(jobs_dir.glob("*/job.json")) if jobs_dir.is_dir() else []:
-            dirs.setdefault(found.parent.name, found.parent)
+        for entry, kind in untrusted.entries(jobs_dir, jobs_dir.parent).items():
+            if kind == "dir":
+                dirs.setdefault(entry, jobs_dir / entry)
     rows = []
     for name, local in sorted(dirs.items()):
-        if not (local / "job.json").is_file():
+        root = untrusted.job_root(local)
+        if untrusted.kind(local / "job.json", root) == "missing":
             continue
         shown = name if values.JOB_NAME.fullmatch(name) else values.shown(name)
         try:
@@ -164,7 +166,7 @@ def listing(inventory_path: str | None) -> list[dict[str, Any]]:
             {
                 "name": name,
                 "state": meta.state,
-                "verdict": _report_verdict(local / "report.json"),
+                "verdict": report_verdict(local / "report.json"),
                 "nodes": len(meta.hosts),
                 "started": meta.started,
                 "job_dir": str(local),
@@ -175,11 +177,11 @@ def listing(inventory_path: str | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _report_verdict(path: Path) -> str | None:
+def report_verdict(path: Path) -> str | None:
     """passed/failed from a job's report.json, or None (absent, unreadable or not megaprov's)."""
     try:
-        verdict_value = json.loads(values.read_text(path, "report", 64 << 20)).get("verdict")
-    except (UsageError, ValueError, AttributeError):
+        verdict_value = untrusted.read_json(path, "report", 64 << 20, untrusted.job_root(path.parent)).get("verdict")
+    except (UsageError, AttributeError):
         return None
     return verdict_value if verdict_value in ("passed", "failed") else None
 
@@ -315,7 +317,7 @@ def start(
     hosts = [n.host for n in rendered.nodes]
     job = locate(found, spec.name, cluster.shared_dir, hosts, rendered.checkpoint_dir)
     jobdir.refresh(job.local_dir)  # a job of that name on the head, where this machine has no mount
-    exists = (job.local_dir / "job.json").is_file()
+    exists = untrusted.kind(job.local_dir / "job.json", untrusted.job_root(job.local_dir)) != "missing"
     if exists and not resume:
         raise UsageError(
             f"job {spec.name} already exists in {job.job_dir}",
@@ -348,9 +350,9 @@ def start(
     if job.launcher == "slurm":
         meta["submit_host"] = job.submit_host
     if exists:
-        old = json.loads((job.local_dir / "job.json").read_text())
-        meta["resumes"] = int(old.get("resumes", 0)) + 1
-        meta["first_started"] = old.get("first_started", old.get("started"))
+        old = jobmeta.load(job.local_dir / "job.json", job.name)
+        meta["resumes"] = old.resumes + 1
+        meta["first_started"] = old.first_started
     else:
         meta["first_started"] = started
     with tempfile.TemporaryDirectory(prefix="megaprov-job-") as staging_dir:
@@ -406,6 +408,9 @@ def submit_host(found: inv.Inventory) -> str:
     raise UsageError(f"{found.path}: no [head] host to submit Slurm jobs on", "add the Slurm controller as [head] or [slurm_controller]")
 
 
+MAX_LOG_TAIL = 64 << 20  # bytes of a node's log `job logs` looks at (its end)
+MAX_SCRIPT_BYTES = 1 << 20  # a launch script the report quotes
+
 # The packed job files (spec, plan, launch scripts, the lab trainer: tens of KB); they travel as a module argument.
 BUNDLE_MAX = 8 * 1024 * 1024
 
@@ -447,9 +452,20 @@ def node_log(job: Job, node: str | None, lines: int, pattern: re.Pattern[str] | 
     host = node or nodes[-1]
     if host not in nodes:
         raise UsageError(f"--node {host} is not a node of job {job.name}", "use one of " + ", ".join(nodes))
-    path = job.local_dir / "logs" / f"{host}.log"
-    text = path.read_text(errors="replace").splitlines() if path.is_file() else []
-    return host, [line for line in text if pattern is None or pattern.search(line)][-lines:]
+    try:
+        text = untrusted.read_text(
+            job.local_dir / "logs" / f"{host}.log", "node log", MAX_LOG_TAIL, untrusted.job_root(job.local_dir), tail=True, strict=False
+        )
+    except untrusted.Missing:
+        text = ""
+    return host, [line for line in text.splitlines() if pattern is None or pattern.search(line)][-lines:]
+
+
+def job_spec(job: Job) -> JobSpec:
+    """The spec stored with the job (``spec.yml``, read as the cluster user's file: :mod:`megaprov.untrusted`)."""
+    from megaprov.training import launch
+
+    return launch.read(str(job.local_dir / "spec.yml"), untrusted.job_root(job.local_dir))[0]
 
 
 def job_state(job: Job) -> str:
@@ -458,7 +474,6 @@ def job_state(job: Job) -> str:
 
 
 FOLLOW_POLL = 1.0  # seconds between looks at a followed log
-MAX_FOLLOW_LINE = 64 * 1024  # a line without an end this long is printed as it is
 
 
 def follow_log(job: Job, node: str | None, lines: int, emit: Callable[[str], None], poll: float = FOLLOW_POLL) -> str:
@@ -466,36 +481,27 @@ def follow_log(job: Job, node: str | None, lines: int, emit: Callable[[str], Non
     (job.json says so, or the node's torchrun exited after the last iteration) or the operator presses Ctrl-C."""
     host, last = node_log(job, node, lines)
     for line in last:
-        emit(values.printable(line))
-    path = job.local_dir / "logs" / f"{host}.log"
-    offset = path.stat().st_size if path.is_file() else 0
-    pending = b""
+        emit(line)
+    root = untrusted.job_root(job.local_dir)
+    reader = follow.LogReader(job.local_dir / "logs" / f"{host}.log", root)
+    try:
+        reader.offset = untrusted.size(reader.path, root)
+    except untrusted.Missing:
+        pass
     spec = None
     try:
         while True:
             # through the head where this machine has no mount: what the nodes write, and the job's state
             jobdir.refresh(job.local_dir, (*jobdir.FOLLOWED, "job.json"))
-            if path.is_file():
-                with path.open("rb") as handle:
-                    if path.stat().st_size < offset:  # truncated or replaced: from its start
-                        offset = 0
-                    handle.seek(offset)
-                    chunk = handle.read(1 << 20)
-                offset += len(chunk)
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                if len(pending) > MAX_FOLLOW_LINE:
-                    complete, pending = [*complete, pending], b""
-                for raw in complete:
-                    emit(values.printable(raw.decode("utf-8", errors="replace")))
-                if chunk:
-                    continue
+            new = reader.lines()
+            for line in new:
+                emit(line)
+            if new:
+                continue
             if job_state(job) not in ("starting", "running", "submitted"):
                 return host
             if spec is None:
-                from megaprov.training import launch
-
-                spec, _ = launch.read(str(job.local_dir / "spec.yml"))
+                spec = job_spec(job)
             log = read_log(job, spec.model.seq_length, spec.train.log_interval)
             if log.node_state(host) == "exited-0" and log.total and log.furthest >= log.total:
                 return host
@@ -506,7 +512,7 @@ def follow_log(job: Job, node: str | None, lines: int, emit: Callable[[str], Non
 
 def set_state(job: Job, state: str, **extra: Any) -> None:
     path = job.local_dir / "job.json"
-    meta = json.loads(path.read_text())
+    meta = jobmeta.load(path, job.name).raw
     meta.update(state=state, **extra)
     tmp = path.with_name(".job.json.tmp")
     with as_owner_of(job.local_dir):
@@ -544,7 +550,7 @@ def read_log(job: Job, seq_length: int, log_interval: int = 1) -> follow.JobLog:
     log = follow.JobLog(seq_length, log_interval)
     now = time.time()
     for host in job.hosts:
-        for line in follow.LogReader(job.local_dir / "logs" / f"{host}.log").lines():
+        for line in follow.LogReader(job.local_dir / "logs" / f"{host}.log", untrusted.job_root(job.local_dir)).lines():
             log.feed(host, line, now)
     return log
 
@@ -606,7 +612,7 @@ def follow_job(
             current = launcher.log_hosts(job)  # a Slurm job's current allocation (a continuation may differ)
             for host in current:
                 if host not in readers:
-                    readers[host] = follow.LogReader(job.local_dir / "logs" / f"{host}.log")
+                    readers[host] = follow.LogReader(job.local_dir / "logs" / f"{host}.log", untrusted.job_root(job.local_dir))
             if job.launcher == "slurm" and current and current != job.hosts:
                 job.hosts = list(current)
             if read_new():
@@ -710,7 +716,9 @@ def conclude(
     """Judge the run, write report.json/.md/.png and the final metrics into the job directory."""
     log = outcome.log
     window = follow.training_window(log)
-    samples = {h: follow.during(follow.gpu_samples(job.local_dir / "logs" / f"gpu-{h}.csv"), window) for h in job.hosts}
+    samples = {
+        h: follow.during(follow.gpu_samples(job.local_dir / "logs" / f"gpu-{h}.csv", untrusted.job_root(job.local_dir)), window) for h in job.hosts
+    }
     expected, source = expected_throughput(spec, planned)
     judged, measured = verdict.judge(
         log,
@@ -728,8 +736,12 @@ def conclude(
     if outcome.state != "finished":
         judged.passed = False
         judged.checks.append(verdict.Check("run", verdict.FAIL, f"{outcome.state}: {outcome.reason}"))
-    meta = json.loads((job.local_dir / "job.json").read_text())
-    commands = {p.stem: p.read_text() for p in sorted((job.local_dir / "launch").glob("*.sh"))}
+    root = untrusted.job_root(job.local_dir)
+    meta = jobmeta.load(job.local_dir / "job.json", job.name).raw
+    commands = {
+        p.stem: untrusted.read_text(p, "launch script", MAX_SCRIPT_BYTES, root, strict=False)
+        for p in untrusted.files(job.local_dir / "launch", root, suffix=".sh")
+    }
     report = verdict.report_dict(meta, judged, log, measured, commands, timing)
     follow.write_metrics(job.local_dir, job.name, log, outcome.state, metrics_targets(spec, planned))
     paths = verdict.write_report(job.local_dir, report, log.series())
@@ -770,12 +782,13 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
 
     jobdir.refresh(job.local_dir)
     meta_path = job.local_dir / "job.json"
-    if (job.local_dir / "report.json").is_file() or not meta_path.is_file():
+    root = untrusted.job_root(job.local_dir)
+    if untrusted.kind(job.local_dir / "report.json", root) != "missing" or untrusted.kind(meta_path, root) == "missing":
         return False
     meta = jobmeta.load(meta_path, job.name)
     if meta.state not in ("starting", "running", "submitted"):
         return False
-    spec, _ = launch.read(str(job.local_dir / "spec.yml"))
+    spec = job_spec(job)
     if job.launcher == "slurm":  # the current allocation's nodes (an earlier one's ended with its failure)
         job.hosts = launchers.of("slurm").log_hosts(job) or job.hosts
     log = read_log(job, spec.model.seq_length, spec.train.log_interval)

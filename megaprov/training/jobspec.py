@@ -193,7 +193,7 @@ class Checkpoint(_Section):
 class Slurm(_Section):
     partition: str | None = None
     account: str | None = None
-    time: str | None = Field(None, pattern=r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$", description="walltime, e.g. 2-00:00:00")
+    time: str | None = Field(None, pattern=r"^(\d{1,3}-)?\d{1,2}(:\d{2}){0,2}$", description="walltime, e.g. 2-00:00:00")
     qos: str | None = None
     shape: Literal["torchrun", "per-gpu"] = Field(
         "torchrun",

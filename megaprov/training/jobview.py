@@ -204,7 +204,6 @@ def render_dry_run(rendered: Rendered, hosts: list[str] | None = None) -> None:
 
 def write_dry_run(directory: Path, plan: dict[str, Any], rendered: Rendered) -> list[Path]:
     """`train --dry-run --dir DIR`: plan.json and every launch file into a new directory (never over another)."""
-    import json
     import os
 
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
@@ -289,11 +288,11 @@ def render_verdict(judged: Verdict, report: dict[str, Any], paths: dict[str, Pat
 
 
 def job_status(job: Job, units: dict[str, dict[str, str]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    from megaprov.training import jobmeta, jobs, launch
+    from megaprov.training import jobmeta, jobs
 
     jobs.settle(job, units)  # a job that ended while nobody followed it gets its verdict now
     meta = jobmeta.load(job.local_dir / "job.json", job.name).raw  # checked: the cluster user can write it
-    spec, _ = launch.read(str(job.local_dir / "spec.yml"))
+    spec = jobs.job_spec(job)
     log = jobs.read_log(job, spec.model.seq_length, spec.train.log_interval)
     last = log.iterations.get(log.furthest)
     report = job.local_dir / "report.json"
@@ -305,7 +304,7 @@ def job_status(job: Job, units: dict[str, dict[str, str]]) -> tuple[dict[str, An
         "restarts": len(log.restarts),
         "nodes": {h: {"log": log.node_state(h), **units.get(h, {})} for h in job.hosts},
         **({"slurm": units["slurm"]} if "slurm" in units else {}),
-        "verdict": json.loads(report.read_text())["verdict"] if report.is_file() else None,
+        "verdict": jobs.report_verdict(report),
         "errors": log.errors,
     }
     return meta, status

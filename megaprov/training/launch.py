@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from megaprov import paths
+from megaprov import paths, untrusted, values
 from megaprov.cluster import inventory as inv
 from megaprov.errors import UsageError
 from megaprov.training import jobspec, nodefacts, planner, rates, render
@@ -103,7 +103,8 @@ def check(spec: JobSpec, text: str, source: str, world: int | None, gpus_per_nod
         raise JobSpecError(located, source)
 
 
-def read(path: str) -> tuple[JobSpec, str]:
-    """The validated spec and its text (kept for the lines of cross-field problems); the file is read once."""
-    text = jobspec.read_text(path)
+def read(path: str, root: Path | None = None) -> tuple[JobSpec, str]:
+    """The validated spec and its text (kept for the lines of cross-field problems); the file is read once. With
+    ``root``, the spec stored in a job directory below it (written by the cluster user: see :mod:`megaprov.untrusted`)."""
+    text = jobspec.read_text(path) if root is None else untrusted.read_text(path, "job spec", values.MAX_FILE_BYTES, root).removeprefix("\ufeff")
     return jobspec.parse(text, path), text

@@ -13,11 +13,14 @@ install by default, :data:`ROLE_DEFAULTS`, and says so.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from megaprov import values
 from megaprov.cluster.factcache import host_facts
+from megaprov.errors import UsageError
 from megaprov.paths import fact_cache_dir
 from megaprov.training.planner import Cluster
 
@@ -110,26 +113,41 @@ def write_speed(cluster: Cluster) -> tuple[float, str]:
     return DEFAULT_WRITE_MBPS, "default"
 
 
-def _opt_text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value and len(value) < 64 else None
+# A package version as pip and torch report them: 2.5.1, 2.6.0a0+df5bbc09d1.nv24.12, 12.4, 1.13.0.dev20230101
+VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,63}$")
 
 
-def node_from_fact(fact: Any) -> NodeStack | None:
-    """One node's stack from its ``megaprov_python`` fact (None when absent or not megaprov's)."""
+def _version(host: str, fact: dict[str, Any], key: str) -> str | None:
+    """A version the node reports (absent: None). Anything else is refused with the node's name: the render writes
+    these into launch scripts and explanations."""
+    value = fact.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not VERSION.fullmatch(value):
+        raise UsageError(
+            f"node {host}: its fact {FACT}.{key}={values.shown(value)} is not a version",
+            f"record it again (megaprov bootstrap -i INVENTORY --tags python --limit {host}): megaprov's python stage did not write it",
+        )
+    return value
+
+
+def node_from_fact(fact: Any, host: str = "?") -> NodeStack | None:
+    """One node's stack from its ``megaprov_python`` fact (None when absent or not megaprov's; a malformed version is
+    refused with the node's name)."""
     if not isinstance(fact, dict) or fact.get("version") != 1:
         return None
     apex: dict[str, Any] = fact["apex"] if isinstance(fact.get("apex"), dict) else {}
     megatron: dict[str, Any] = fact["megatron"] if isinstance(fact.get("megatron"), dict) else {}
     helpers = megatron.get("helpers_built")
     return NodeStack(
-        transformer_engine=_opt_text(fact.get("transformer_engine")),
+        transformer_engine=_version(host, fact, "transformer_engine"),
         apex_gradient_accumulation=apex.get("fused_weight_gradient_mlp_cuda") is True,
         apex_softmax=apex.get("scaled_masked_softmax_cuda") is True and apex.get("scaled_upper_triang_masked_softmax_cuda") is True,
         apex_layer_norm=apex.get("fused_layer_norm_cuda") is True,
-        torch=_opt_text(fact.get("torch")),
-        torch_cuda=_opt_text(fact.get("torch_cuda")),
+        torch=_version(host, fact, "torch"),
+        torch_cuda=_version(host, fact, "torch_cuda"),
         helpers_built=helpers if isinstance(helpers, bool) else None,
-        transformers=_opt_text(fact.get("transformers")),
+        transformers=_version(host, fact, "transformers"),
     )
 
 
@@ -163,7 +181,7 @@ def known(inventory: Path, hosts: tuple[str, ...] | list[str]) -> NodeStack:
     found: dict[str, NodeStack] = {}
     for host in hosts:
         for fact in host_facts(cache, host, FACT):
-            node = node_from_fact(fact)
+            node = node_from_fact(fact, host)
             if node is not None:
                 found[host] = node
                 break

@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
 
+from megaprov import values
+from megaprov.errors import UsageError
 from megaprov.training.jobspec import JobSpec, Problem
 from megaprov.training.trainer import padded_vocab  # one rule, kept in the standalone trainer
 
@@ -117,16 +119,32 @@ class NodeRate:
         return self.backend == "torch-cuda"
 
 
+RATE_BACKENDS = ("torch-cuda", "torch-cpu", "numpy-cpu")
+MAX_TFLOPS = 100_000.0  # per device: far above any GPU (an H200 is about 1,000 dense bf16)
+_DTYPE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
 def rate_from_fact(host: str, fact: Any) -> NodeRate | None:
-    """The node's rate from its stored fact, or None when it holds none (or something unreadable)."""
+    """The node's rate from its stored fact (``megaprov_compute``), or None when it holds none. The fact is the node's
+    word, so it is input: a rate that is not a finite positive number, an unknown backend or a malformed field is
+    refused with the node's name (a plan on it would divide by zero or judge against infinity)."""
     if not isinstance(fact, dict) or fact.get("version") != 1:
         return None
-    try:
-        tflops = float(fact["tflops_per_device"])
-        devices = len(fact.get("devices") or []) or 1
-        return NodeRate(host, tflops, devices, str(fact["backend"]), str(fact["dtype"]), str(fact.get("measured_at", "")))
-    except (KeyError, TypeError, ValueError):
-        return None
+    fix = f"measure it again (megaprov preflight -i INVENTORY --limit {host}): the recorded fact was not written by megaprov's preflight"
+    tflops = fact.get("tflops_per_device")
+    if isinstance(tflops, bool) or not isinstance(tflops, (int, float)) or not (math.isfinite(tflops) and 0 < tflops <= MAX_TFLOPS):
+        raise UsageError(f"node {host}: its recorded compute rate tflops_per_device={values.shown(tflops)} is not a positive finite number", fix)
+    devices = fact.get("devices") or []
+    if not isinstance(devices, list) or len(devices) > 1024:
+        raise UsageError(f"node {host}: its recorded compute rate lists devices={values.shown(devices)}, not a list of at most 1,024", fix)
+    backend, dtype, measured = fact.get("backend"), fact.get("dtype"), fact.get("measured_at", "")
+    if backend not in RATE_BACKENDS:
+        raise UsageError(f"node {host}: its recorded compute rate has backend={values.shown(backend)}, not one of {', '.join(RATE_BACKENDS)}", fix)
+    if not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype):
+        raise UsageError(f"node {host}: its recorded compute rate has dtype={values.shown(dtype)}, not a dtype name", fix)
+    if not isinstance(measured, str) or len(measured) > 64 or values.control_character(measured):
+        raise UsageError(f"node {host}: its recorded compute rate has measured_at={values.shown(measured)}, not a time stamp", fix)
+    return NodeRate(host, float(tflops), len(devices) or 1, backend, dtype, measured)
 
 
 def rate_text(tflops: float) -> str:

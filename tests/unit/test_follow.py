@@ -208,7 +208,7 @@ def test_node_states_from_the_script_lines():
 
 def test_log_reader_returns_complete_lines_only(tmp_path):
     path = tmp_path / "node.log"
-    reader = follow.LogReader(path)
+    reader = follow.LogReader(path, tmp_path)
     assert reader.lines() == []
     path.write_text("one\ntw")
     assert reader.lines() == ["one"]
@@ -242,7 +242,7 @@ def test_gpu_samples_skip_unreadable_rows(tmp_path):
     path.write_text(
         "2026/11/30 01:00:00.000, 0, 97, 40000, 81559\n2026/11/30 01:00:05.000, 1, [N/A], 1, 2\ntorn, 1\n2026/11/30 01:09:00.000, 0, 3, 9, 81559\n"
     )
-    rows = follow.gpu_samples(path)
+    rows = follow.gpu_samples(path, tmp_path)
     assert [(r["gpu"], r["util"], r["mem_used"], r["mem_total"]) for r in rows] == [(0.0, 97.0, 40000.0, 81559.0), (0.0, 3.0, 9.0, 81559.0)]
     log = follow.JobLog(seq_length=16)
     log.feed("n", " [2026-11-30 00:59:58.000000] iteration 1/ 2 | lm loss: 5.0 |", 0)
@@ -369,7 +369,7 @@ def test_evidence_checkpoint_sigterm_and_error_lines():
 def test_log_reader_keeps_its_place_and_replaces_undecodable_bytes(tmp_path):
     path = tmp_path / "node.log"
     path.write_bytes(b"a\xff\n")
-    reader = follow.LogReader(path)
+    reader = follow.LogReader(path, tmp_path)
     assert reader.lines() == ["a\ufffd"] and reader.lines() == []
     with path.open("ab") as handle:
         handle.write(b"b\nc")
@@ -377,10 +377,10 @@ def test_log_reader_keeps_its_place_and_replaces_undecodable_bytes(tmp_path):
 
 
 def test_gpu_sample_times_and_the_training_window(tmp_path):
-    assert follow.gpu_samples(tmp_path / "absent.csv") == []
+    assert follow.gpu_samples(tmp_path / "absent.csv", tmp_path) == []
     path = tmp_path / "gpu.csv"
     path.write_bytes(b"2026/11/30 01:00:00.000, 0, 97, 40000, 81559\nwhenever, 1, 50, 1, 2\n\xff\xfe torn\n")  # a torn write
-    rows = follow.gpu_samples(path)
+    rows = follow.gpu_samples(path, tmp_path)
     assert rows[0]["at"] == datetime(2026, 11, 30, 1, 0, 0).timestamp() and "at" not in rows[1]
     log = follow.JobLog(seq_length=16)
     log.feed("n", " [2026-11-30 01:00:00.250000] iteration 1/ 3 |", 0)

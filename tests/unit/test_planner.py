@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from megaprov.errors import UsageError
 from megaprov.training import jobspec, planner
 from megaprov.training.planner import GIB, GPUS, Cluster, Layout
 
@@ -245,7 +246,8 @@ def test_a_stored_fact_becomes_a_node_rate():
     fact = {"version": 1, "backend": "torch-cpu", "dtype": "float32", "tflops_per_device": 0.0156, "devices": [{}], "measured_at": "t"}
     assert planner.rate_from_fact("node1", fact) == planner.NodeRate("node1", 0.0156, 1, "torch-cpu", "float32", "t")
     assert planner.rate_from_fact("node1", {"version": 2}) is None and planner.rate_from_fact("node1", None) is None
-    assert planner.rate_from_fact("node1", {**fact, "tflops_per_device": "x"}) is None
+    with pytest.raises(UsageError, match="node1"):
+        planner.rate_from_fact("node1", {**fact, "tflops_per_device": "x"})
 
 
 def test_rates_are_read_from_megaprovs_record_or_the_fact_cache(tmp_path, monkeypatch):
@@ -624,7 +626,8 @@ def test_a_fact_without_devices_or_a_time_is_one_device_measured_at_no_time():
     assert planner.rate_from_fact("g1", fact) == planner.NodeRate("g1", 700.0, 8, "torch-cuda", "bfloat16", "")
     assert planner.rate_from_fact("g1", {**fact, "devices": []}).devices == 1
     assert planner.rate_from_fact("g1", {k: v for k, v in fact.items() if k != "devices"}).devices == 1
-    assert planner.rate_from_fact("g1", {k: v for k, v in fact.items() if k != "backend"}) is None
+    with pytest.raises(UsageError, match="g1: its recorded compute rate has backend=None"):
+        planner.rate_from_fact("g1", {k: v for k, v in fact.items() if k != "backend"})
 
 
 def test_an_unknown_vocabulary_is_reported_only_when_nothing_else_is_wrong():

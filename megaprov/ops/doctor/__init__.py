@@ -4,16 +4,17 @@ Findings carry a stable code from ``findings.CODES``; the README's troubleshooti
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
+from megaprov import untrusted
 from megaprov.errors import UsageError
 from megaprov.ops.doctor import signatures
-from megaprov.ops.doctor.findings import Finding, Report
+from megaprov.ops.doctor.findings import Finding, Report, finding
+from megaprov.output import styled
 
 MAX_LOG_FILES = 256
 
@@ -33,31 +34,43 @@ def diagnose_job(name: str, inventory: str | None) -> Report:
     from megaprov.training import jobs
 
     job = jobs.find(name, inventory)
-    logs = sorted((job.local_dir / "logs").glob("*.log")) if (job.local_dir / "logs").is_dir() else []
+    root = untrusted.job_root(job.local_dir)
+    logs = untrusted.files(job.local_dir / "logs", root, suffix=".log")
     if not logs:
         raise UsageError(f"job {job.name} has no node logs yet in {job.local_dir / 'logs'}", "wait for the job to start, or give --log FILE")
     context = job_context(job.local_dir)
     report = Report(checked=[str(p) for p in logs])
     found = []
     for path in logs[:MAX_LOG_FILES]:
-        found += signatures.scan_file(path, node=path.stem, job=context)
+        try:
+            found += signatures.scan_file(path, node=path.stem, job=context, root=root)
+        except untrusted.BadEntry as exc:  # this node's log is reported; the others are still read
+            report.add(unreadable(path, exc))
     report.add(*signatures.explained(found))  # across the job's nodes: a peer lost because another node's rank was killed
     from megaprov.training.follow import gpu_samples
 
-    for path in sorted((job.local_dir / "logs").glob("gpu-*.csv"))[:MAX_LOG_FILES]:
-        report.add(*signatures.gpu_utilisation(gpu_samples(path), path.stem.removeprefix("gpu-"), str(path)))
+    for path in untrusted.files(job.local_dir / "logs", root, prefix="gpu-", suffix=".csv")[:MAX_LOG_FILES]:
+        try:
+            report.add(*signatures.gpu_utilisation(gpu_samples(path, root), path.stem.removeprefix("gpu-"), str(path)))
+        except untrusted.BadEntry as exc:
+            report.add(unreadable(path, exc))
     return report
+
+
+def unreadable(path: Path, exc: untrusted.BadEntry) -> Finding:
+    """A file of the job that megaprov refused to read (a link, a FIFO, too large): a finding for that file."""
+    return finding("JOB_FILE_REFUSED", path.stem.removeprefix("gpu-"), f"{path.name} {exc.problem}", source=str(path))
 
 
 def job_context(job_dir: Path) -> dict[str, Any]:
     """What the OOM advice needs from a job directory: the planner's memory estimate and the single layout changes
     that bring it to 80 % of that estimate (the estimate was too low: the job ran out of memory). Best effort: a job
     directory without a readable spec or plan gives the generic advice."""
-    from megaprov.training import jobspec, planner
+    from megaprov.training import jobmeta, launch, planner
 
     try:
-        meta = json.loads((job_dir / "job.json").read_text())
-        spec = jobspec.parse((job_dir / "spec.yml").read_text(), str(job_dir / "spec.yml"))
+        meta = jobmeta.load(job_dir / "job.json", job_dir.name).raw
+        spec, _ = launch.read(str(job_dir / "spec.yml"), untrusted.job_root(job_dir))
         gpu = planner.gpu_named(str(meta.get("gpu", "")))
         if gpu is None or gpu.memory_gib <= 0:
             return {}
@@ -89,14 +102,8 @@ def render(report: Report, title: str) -> Table | None:
         table.add_column(column, overflow="fold")
     for f in rows:
         where = f"{f.source}:{f.line}: " if f.line else ""
-        table.add_row(
-            f"[{STYLES.get(f.severity, '')}]{f.severity}[/]", f.code, f.node or "-", _escape(where + f.evidence), _escape(f.cause), _escape(f.fix)
-        )
+        table.add_row(styled(f.severity, STYLES.get(f.severity, "")), f.code, f.node or "-", where + f.evidence, f.cause, f.fix)
     return table
-
-
-def _escape(text: str) -> str:
-    return text.replace("[", "\\[")
 
 
 def as_json(report: Report) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from megaprov import values
+from megaprov import untrusted, values
 from megaprov.errors import UsageError
 from megaprov.output import SILENT, Reporter
 
@@ -71,7 +71,9 @@ def current_id(job: Any) -> str:
     from megaprov.training import render
 
     try:
-        text = values.read_text(job.local_dir / render.SLURM_JOBS_FILE, "Slurm continuations", 1 << 20)
+        text = untrusted.read_text(
+            job.local_dir / render.SLURM_JOBS_FILE, "Slurm continuations", 1 << 20, untrusted.job_root(job.local_dir), tail=True
+        )
     except UsageError:
         return str(job.slurm_id)
     ids = [line.strip() for line in text.splitlines() if SLURM_ID.fullmatch(line.strip())]
@@ -184,7 +186,7 @@ class SlurmLauncher:
         from megaprov.training import render
 
         try:
-            text = values.read_text(job.local_dir / render.SLURM_NODES_FILE, "Slurm allocation", 1 << 20)
+            text = untrusted.read_text(job.local_dir / render.SLURM_NODES_FILE, "Slurm allocation", 1 << 20, untrusted.job_root(job.local_dir))
         except UsageError:
             return []
         return [line.strip() for line in text.splitlines() if values.HOST_NAME.fullmatch(line.strip())][: values.MAX_HOSTS]
@@ -201,7 +203,7 @@ def _events(job: Any) -> list[str]:
 
     path = job.local_dir / render.SLURM_EVENTS
     try:
-        text = values.read_text(path, "Slurm events", 1 << 20)
+        text = untrusted.read_text(path, "Slurm events", 1 << 20, untrusted.job_root(job.local_dir), tail=True, strict=False)
     except UsageError:
         return []
     return [values.printable(line.removeprefix("megaprov: ")) for line in text.splitlines() if line.startswith("megaprov: slurm job")]
@@ -209,11 +211,10 @@ def _events(job: Any) -> list[str]:
 
 def _grace(job: Any) -> int:
     """Seconds ``job stop`` waits for the ranks' checkpoint: the stop grace rendered for the job (job.json)."""
-    import json
+    from megaprov.training import jobmeta
 
     try:
-        meta = json.loads((job.local_dir / "job.json").read_text())
-        grace = int(meta.get("stop_grace_s", 0))
-    except (OSError, ValueError, TypeError):
+        grace = values.bounded_int(jobmeta.load(job.local_dir / "job.json", job.name).raw.get("stop_grace_s", 0), "stop_grace_s", 0, 1 << 30)
+    except UsageError:
         grace = 0
     return min(max(grace, 60), 6 * 3600 + 120)
