@@ -81,6 +81,8 @@ def _parent(path: Path, root: Path) -> Iterator[tuple[int, str]]:
             try:
                 nxt = os.open(name, _DIR, dir_fd=fd)
             except OSError as exc:
+                if exc.errno in (errno.ENOTDIR, errno.ELOOP) and stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise BadEntry(path, f"passes through a symbolic link ({values.printable(name)})") from None
                 raise _oserror(path, exc) from None
             os.close(fd)
             fd = nxt

@@ -7,12 +7,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from megaprov import values
+from megaprov.errors import UsageError
+
+MAX_FACTS_BYTES = 64 << 20  # one host's cached facts (what a node reports is input: bounded like any file)
+
 
 def read_json(path: Path) -> Any:
-    """The file's JSON, or None when it is missing or unreadable."""
+    """The file's JSON, or None when it is missing, unreadable, not a regular file or larger than MAX_FACTS_BYTES."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(values.read_bytes(path, "fact cache entry", MAX_FACTS_BYTES))
+    except (UsageError, ValueError, RecursionError):
         return None
 
 

@@ -27,6 +27,7 @@ from megaprov.errors import HostsUnreachable, RunFailed
 HELPER = Path(__file__).with_name("jobdir_helper.py")
 ORIGIN = "origin.json"  # in a mirror's root: the inventory and shared directory it mirrors
 TIMEOUT = 60.0  # seconds one answer of the head may take
+MAX_LISTED = 4096  # entries of one scan looked at (the helper lists at most MAX_FILES)
 MAX_FILE = 256 * 1024 * 1024  # a mirrored file larger than this is not mirrored (logs are bounded by the nodes' log size)
 CHUNK = 4 * 1024 * 1024
 
@@ -168,8 +169,14 @@ def refresh(local_dir: Path, only: tuple[str, ...] = ()) -> bool:
     known = _state(local_dir)
     changed = False
     local_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for rel, size, mtime in answer["files"]:
-        if not isinstance(rel, str) or ".." in rel.split("/") or rel.startswith("/") or size > MAX_FILE:
+    listed = answer.get("files")
+    for item in listed[:MAX_LISTED] if isinstance(listed, list) else []:
+        if not isinstance(item, list) or len(item) != 3:
+            continue
+        rel, size, mtime = item
+        if not (isinstance(rel, str) and isinstance(size, int) and isinstance(mtime, int)) or not 0 <= size <= MAX_FILE:
+            continue
+        if ".." in rel.split("/") or rel.startswith("/") or "\0" in rel:
             continue
         if only and not rel.startswith(only):
             continue

@@ -4,6 +4,8 @@ matters)."""
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -478,3 +480,227 @@ def test_logs_and_top_say_when_the_observe_stage_is_off(capsys, tmp_path):
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "gopher://x", "http://", "javascript:alert(1)"])
 def test_top_takes_only_an_http_url(capsys, tmp_path, url):
     usage(capsys, "top", "-i", inventory(tmp_path), "--url", url, "--once", needle="--url")
+
+
+# ---- issue 35: what the cluster hands back (job files, logs, facts, Prometheus) is hostile too
+
+# Sequences a terminal acts on (clipboard write, clear screen, window title, an OSC 8 link, the 8-bit CSI, a
+# bidirectional override) and rich markup (a link, a closing tag that crashed rich, an emoji code).
+HOSTILE = [
+    "\x1b]52;c;ZXZpbA==\x07",
+    "\x1b[2J\x1b[H",
+    "\x1b]0;owned\x07",
+    "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\",
+    "\x9b31m",
+    "\u202eexe.txt",
+    "[link=https://evil.example]click[/link]",
+    "[/]",
+    "[bold red]alarm[/]",
+    ":warning:",
+]
+RAW = ("\x1b", "\x9b", "\x07", "\u202e")
+
+
+def clean(text):
+    """Nothing from HOSTILE reaches the terminal raw: no escape byte, and markup stays text (not a link, not a crash)."""
+    assert not any(c in text for c in RAW), repr(text)
+    assert "\u26a0" not in text  # :warning: stayed a code
+    return text
+
+
+def hostile_job(tmp_path, log="", state="stopped", **files):
+    shared = tmp_path / "shared"
+    local = shared / "jobs" / "evil"
+    (local / "logs").mkdir(parents=True)
+    (local / "job.json").write_text(json.dumps({**GOOD_META, "state": state}))
+    (local / "logs" / "n1.log").write_text(log)
+    for name, text in files.items():
+        (local / name.replace("__", "/")).write_text(text)
+    return inventory(tmp_path, extra=f"[all:vars]\nmegaprov_controller_shared_dir={shared}\n"), local
+
+
+LOG = "".join(f"iteration 1 {s}\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB {s}\n" for s in HOSTILE)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("job", "logs", "evil"),
+        ("job", "logs", "evil", "-f"),
+        ("logs", "--name", "evil"),
+        ("doctor", "--name", "evil"),
+    ],
+)
+def test_hostile_log_lines_reach_no_terminal_raw(capsys, tmp_path, argv):
+    inv, _ = hostile_job(tmp_path, LOG)
+    code, out, err = run(capsys, *argv, "-i", inv)
+    assert code in (ExitCode.OK, ExitCode.VERDICT_FAILED, ExitCode.RUN_FAILED), err
+    clean(out), clean(err)
+    assert "[/]" in out and "[link=https://evil.example]" in out and "\\x1b]52;c;ZXZpbA==" in out
+
+
+def test_doctor_on_a_hostile_log_file_prints_its_markup_as_text(capsys, tmp_path):
+    log = tmp_path / "node.log"
+    log.write_text(LOG)
+    code, out, err = run(capsys, "doctor", "--log", log)
+    assert code != ExitCode.INTERNAL, err
+    assert "CUDA_OOM" in clean(out) and "[/]" in out
+
+
+def test_top_renders_hostile_labels_as_text():
+    import io
+
+    from megaprov.ops import top
+    from megaprov.output import console
+
+    answers = {
+        "up": [{"metric": {"node": s}, "value": [0, "1"]} for s in HOSTILE],
+        "gpus": [{"metric": {"node": HOSTILE[0]}, "value": [0, "NaN"]}, {"metric": {"node": HOSTILE[1]}, "value": [0, "+Inf"]}],
+        "job_running": [{"metric": {"job": s, "node": "n1"}, "value": [0, "1"]} for s in HOSTILE],
+        "job_iteration": [{"metric": {"job": HOSTILE[0], "node": "n1"}, "value": [0, "NaN"]}],
+        "alerts": [{"metric": {"alertname": s, "severity": s, "node": s}, "value": [0, "1"]} for s in HOSTILE],
+    }
+    out = console()
+    out.file = io.StringIO()
+    out.print(top.render(top.fold("http://prometheus:9090", answers)))
+    assert "[/]" in clean(out.file.getvalue())
+
+
+def test_a_prometheus_that_trickles_is_cut_off_at_its_deadline():
+    import socket
+    import threading
+
+    from megaprov.ops import top
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    stop = threading.Event()
+
+    def trickle():
+        conn, _ = server.accept()
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+        while not stop.wait(0.2):  # a byte every 0.2 s: each read is within urllib's timeout, the whole never ends
+            try:
+                conn.sendall(b"{")
+            except OSError:
+                return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        top.fetch(f"http://127.0.0.1:{server.getsockname()[1]}/api/v1/query", deadline=2.0)
+    assert time.monotonic() - start < 10
+    stop.set()
+    server.close()
+
+
+@pytest.mark.parametrize(
+    ("entry", "make"),
+    [
+        ("logs/n1.log", lambda p, secret: (p.unlink(), p.symlink_to(secret))),
+        ("logs/n1.log", lambda p, secret: (p.unlink(), os.mkfifo(p))),
+        ("logs/n1.log", lambda p, secret: (p.unlink(), p.symlink_to("/dev/zero"))),
+        ("logs", lambda p, secret: (shutil.rmtree(p), p.symlink_to(secret.parent))),
+        ("job.json", lambda p, secret: (p.unlink(), os.mkfifo(p))),
+        ("job.json", lambda p, secret: (p.unlink(), p.symlink_to(secret))),
+    ],
+)
+@pytest.mark.parametrize("argv", [("job", "logs", "evil"), ("logs", "--name", "evil")])
+def test_links_and_fifos_in_a_job_directory_are_refused_by_name(capsys, tmp_path, entry, make, argv):
+    inv, local = hostile_job(tmp_path, "iteration 1\n")
+    secret = tmp_path / "outside" / "n1.log"
+    secret.parent.mkdir()
+    secret.write_text("root:$6$hash:19000::::::\n")
+    make(local / entry, secret)
+    signal.alarm(20)  # a FIFO must never block
+    try:
+        code, out, err = run(capsys, *argv, "-i", inv)
+    finally:
+        signal.alarm(0)
+    assert code == ExitCode.USAGE, err
+    assert "$6$hash" not in out + err
+    assert Path(entry).name in one_line(err)
+
+
+def test_doctor_reports_a_hostile_log_and_reads_the_others(capsys, tmp_path):
+    inv, local = hostile_job(tmp_path, "iteration 1\n")
+    (local / "logs" / "n2.log").write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    (local / "logs" / "n1.log").unlink()
+    (local / "logs" / "n1.log").symlink_to("/dev/zero")
+    (local / "logs" / "gpu-n1.csv").mkdir()  # a directory where the GPU samples should be
+    code, out, err = run(capsys, "doctor", "--name", "evil", "-i", inv, "-o", "json")
+    assert code != ExitCode.INTERNAL, err
+    found = {(f["code"], f["node"]) for f in json.loads(out)["result"]["findings"]}
+    assert ("CUDA_OOM", "n2") in found
+
+
+def test_one_job_without_its_spec_does_not_hide_the_others(capsys, tmp_path):
+    inv, local = hostile_job(tmp_path, "iteration 1\n", state="running")
+    other = local.parent / "fine"
+    other.mkdir()
+    (other / "job.json").write_text(json.dumps({**GOOD_META, "name": "fine", "job_dir": "/shared/jobs/fine", "state": "stopped"}))
+    code, out, err = run(capsys, "jobs", "-i", inv, "-o", "json")
+    assert code == ExitCode.OK, err
+    rows = {r["name"]: r for r in json.loads(out)["result"]["jobs"]}
+    assert set(rows) == {"evil", "fine"} and "spec.yml" in rows["evil"]["problem"]
+
+
+def test_a_fifo_as_a_report_or_a_spec_never_blocks_the_listing(capsys, tmp_path):
+    inv, local = hostile_job(tmp_path, "iteration 1\n", state="running")
+    os.mkfifo(local / "report.json")
+    os.mkfifo(local / "spec.yml")
+    signal.alarm(20)
+    try:
+        code, out, err = run(capsys, "jobs", "-i", inv, "-o", "json")
+    finally:
+        signal.alarm(0)
+    assert code == ExitCode.OK, err
+    assert json.loads(out)["result"]["jobs"][0]["verdict"] is None
+
+
+CPU_NODES = "[gpu_nodes:vars]\nmegaprov_gpu_model=cpu\nmegaprov_gpus_per_node=1\n"
+
+
+def test_a_node_fact_that_would_write_a_line_into_a_launch_script_is_refused(capsys, tmp_path, monkeypatch):
+    from megaprov.paths import fact_cache_dir
+
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    inv = inventory(tmp_path, extra=CPU_NODES)
+    cache = fact_cache_dir(inv)
+    cache.mkdir(parents=True)
+    fact = {"version": 1, "transformer_engine": "2.1\ntouch /tmp/megaprov-canary-cli #", "torch": "2.9.0"}
+    (cache / "n1").write_text(json.dumps({"megaprov_python": fact}))
+    usage(capsys, "train", "--dry-run", "-f", spec(tmp_path), "-i", inv, needle="node n1: its fact megaprov_python.transformer_engine=")
+
+
+@pytest.mark.parametrize("rate", [0, -1.0, "inf", "nan"])
+def test_a_recorded_rate_of_zero_or_infinity_is_refused_with_the_node(capsys, tmp_path, monkeypatch, rate):
+    from megaprov.paths import fact_cache_dir
+
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    inv = inventory(tmp_path, extra=CPU_NODES)
+    cache = fact_cache_dir(inv)
+    cache.mkdir(parents=True)
+    fact = {"version": 1, "backend": "torch-cpu", "dtype": "float32", "tflops_per_device": float(rate), "devices": [{}], "measured_at": "t"}
+    (cache / "n1").write_text(json.dumps({"megaprov_compute": fact}))
+    usage(capsys, "plan", "-f", spec(tmp_path), "-i", inv, needle="node n1: its recorded compute rate tflops_per_device=")
+
+
+def test_markup_in_a_recorded_time_is_printed_as_text(capsys, tmp_path, monkeypatch):
+    from megaprov.paths import fact_cache_dir
+
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    inv = inventory(tmp_path, extra=CPU_NODES)
+    cache = fact_cache_dir(inv)
+    cache.mkdir(parents=True)
+    fact = {"version": 1, "backend": "torch-cpu", "dtype": "float32", "tflops_per_device": 0.02, "devices": [{}], "measured_at": "[/] [link=x]"}
+    (cache / "n1").write_text(json.dumps({"megaprov_compute": fact}))
+    code, out, err = run(capsys, "plan", "-f", spec(tmp_path), "-i", inv)
+    assert code == ExitCode.OK, err
+    assert "[/] [link=x]" in out
+
+
+def test_a_walltime_of_five_thousand_digits_is_bad_input(capsys, tmp_path):
+    usage(capsys, "job", "check", "-f", spec(tmp_path, launch__slurm={"time": "9" * 5000 + "-00:00:00"}), needle="launch.slurm.time")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from megaprov.errors import UsageError
 from megaprov.paths import fact_cache_dir
 from megaprov.training import jobspec, launch, nodefacts, render
 from megaprov.training.jobspec import JobSpecError
@@ -217,10 +218,13 @@ def test_the_cluster_carries_the_facts_the_python_stage_left(tmp_path, monkeypat
     found, _ = launch.cluster(spec, str(inv), launch.Shape())
     assert nodefacts.stack_of(found).transformer_engine is None
     assert render.selected_impl(spec, nodefacts.stack_of(found)) == "local"
-    # a hostile or foreign fact counts as none
-    (cache / "gpu02").write_text(json.dumps({"megaprov_python": {"version": 1, "transformer_engine": ["x"] * 3, "apex": "yes"}}))
+    # a fact of another kind counts as none; a version that is not one is refused with the node's name (issue 35)
+    (cache / "gpu02").write_text(json.dumps({"megaprov_python": {"version": 1, "apex": "yes"}}))
     found, _ = launch.cluster(spec, str(inv), launch.Shape())
     assert nodefacts.stack_of(found).transformer_engine is None and not nodefacts.stack_of(found).apex_softmax
+    (cache / "gpu02").write_text(json.dumps({"megaprov_python": {"version": 1, "transformer_engine": ["x"] * 3}}))
+    with pytest.raises(UsageError, match="node gpu02: its fact megaprov_python.transformer_engine="):
+        launch.cluster(spec, str(inv), launch.Shape())
 
 
 def test_the_role_check_renders_by_the_same_rules():
