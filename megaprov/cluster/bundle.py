@@ -20,26 +20,33 @@ inventory, the manifest's versions against what the inventory asks for, naming t
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import getpass
 import gzip
 import hashlib
+import http.client
 import json
 import os
 import re
 import shutil
+import socket
+import ssl
 import stat
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -53,6 +60,20 @@ MAX_FILES = 100_000  # files in one bundle (a CUDA closure is ~1,000 packages; a
 MAX_FILE_BYTES = 64 << 30  # one file (the largest CUDA packages and git packs are a few GiB)
 MAX_PATH = 1024  # one file name in the manifest, relative to DIR
 MAX_KEYRING_DEB_BYTES = 16 << 20
+# What a bundle is, read as hostile input (it is copied in from another site): every read of it is bounded.
+MAX_DEPTH = 32  # directories below DIR (git/NAME.git/refs/tags/... is the deepest a build writes, ~8)
+MAX_ENTRIES = 2 * MAX_FILES  # files, directories and anything else a walk of DIR looks at
+MAX_PACKAGES_GZ_BYTES = 64 << 20  # apt/Packages.gz as stored (a CUDA closure's is ~1 MiB)
+MAX_PACKAGES_BYTES = 128 << 20  # apt/Packages.gz expanded (~2 KiB a package: more than Debian's whole main archive)
+MAX_PACKAGES_LINES = 4_000_000  # lines of it
+MAX_PACKAGES_LINE = 1 << 20  # one line of it
+MAX_APT_NAMES = 1_000_000  # packages and the names they provide, in it
+# NVIDIA's keyring package, fetched by `bundle build` (hostile until read too)
+FETCH_SECONDS = 600.0  # one download, whole: connecting, the headers, every read, redirects
+FETCH_READ_SECONDS = 60.0  # one read of it (urllib's timeout)
+MAX_KEYRING_TAR_BYTES = 256 << 20  # its data.tar, expanded
+MAX_TAR_MEMBERS = 10_000  # entries of its data.tar
+MAX_KEYRING_BYTES = 1 << 20  # the keyring file in it (a few KiB)
 TOP = ("apt", "wheels", "git")
 GIT_NAMES = ("Megatron-LM", "nccl-tests", "apex")  # as the roles name their checkouts
 
@@ -461,9 +482,81 @@ class Verified:
     manifest: Manifest = field(repr=False)
 
 
-def _sha256(path: Path) -> str:
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def _unsafe(directory: Path, rel: str, mode: int) -> BundleError:
+    """The refusal of an entry that is not a plain file or directory, by what it is."""
+    if stat.S_ISLNK(mode):
+        return BundleError(f"bundle {directory}: {values.shown(rel)} is a link", f"a bundle holds plain files only: remove it, or {REBUILD}")
+    return BundleError(f"bundle {directory}: {values.shown(rel)} is not a plain file", f"remove it, or {REBUILD}")
+
+
+def _open_root(directory: Path) -> int:
+    """The bundle directory itself (a link to it is the operator's choice and is followed), never blocking."""
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise BundleError(f"bundle {directory}: no such directory", "give the directory `megaprov bundle build --dir` wrote") from None
+        raise BundleError(f"bundle {directory}: cannot be read ({exc.strerror})", "check its permissions") from None
+
+
+def _open_parts(directory: Path, root: int, parts: list[str], leaf: bool) -> int | None:
+    """``parts`` below ``root``, one name at a time: no link followed in any of them, a directory or (``leaf``) a
+    regular file checked before and after opening (so a FIFO is never opened and a device never touched); None where
+    it does not exist."""
+    fd = root
+    try:
+        for depth, part in enumerate(parts):
+            rel = "/".join(parts[: depth + 1])
+            last = leaf and depth == len(parts) - 1
+            try:
+                before = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except OSError as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                    return None
+                raise BundleError(f"bundle {directory}: {values.shown(rel)} cannot be read ({exc.strerror})", "check its permissions") from None
+            if not (stat.S_ISREG(before.st_mode) if last else stat.S_ISDIR(before.st_mode)):
+                raise _unsafe(directory, rel, before.st_mode)
+            try:
+                child = os.open(part, _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:  # replaced since the stat: a link (ELOOP), not a directory, gone
+                if exc.errno == errno.ENOENT:
+                    return None
+                raise BundleError(f"bundle {directory}: {values.shown(rel)} changed while it was read ({exc.strerror})", REBUILD) from None
+            if fd != root:
+                os.close(fd)
+            fd = child
+            after = os.fstat(fd)
+            if (after.st_dev, after.st_ino, stat.S_IFMT(after.st_mode)) != (before.st_dev, before.st_ino, stat.S_IFMT(before.st_mode)):
+                raise BundleError(f"bundle {directory}: {values.shown(rel)} changed while it was read", REBUILD)
+        opened, fd = fd, root
+        return opened
+    finally:
+        if fd != root:
+            os.close(fd)
+
+
+def _open_file(directory: Path, name: str) -> int | None:
+    """A descriptor of the regular file ``name`` (relative, '/'-separated) of the bundle, or None where it is missing.
+
+    No part of the name may be a link, so nothing read can be outside the bundle; a FIFO, socket or device is refused
+    from its stat before it is opened, and the open is non-blocking in any case."""
+    root = _open_root(directory)
+    try:
+        return _open_parts(directory, root, name.split("/"), leaf=True)
+    finally:
+        os.close(root)
+
+
+def _sha256(directory: Path, name: str) -> str:
+    fd = _open_file(directory, name)
+    if fd is None:
+        raise BundleError(f"bundle {directory}: {values.shown(name)} is missing", f"the bundle was changed or is incomplete: {REBUILD}")
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with os.fdopen(fd, "rb") as handle:
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
@@ -471,32 +564,67 @@ def _sha256(path: Path) -> str:
 
 def read_manifest(directory: Path) -> Manifest:
     where = f"{directory}/{MANIFEST}"
-    path = directory / MANIFEST
-    if not directory.is_dir():
-        raise BundleError(f"bundle {directory}: no such directory", "give the directory `megaprov bundle build --dir` wrote")
-    if path.is_symlink() or not path.is_file():
+    root = _open_root(directory)
+    try:
+        fd = _open_parts(directory, root, [MANIFEST], leaf=True)
+    except BundleError:  # a link, a FIFO, ...
+        fd = None
+    finally:
+        os.close(root)
+    if fd is None:
         raise BundleError(f"{where}: missing or not a plain file", "give the directory `megaprov bundle build --dir` wrote")
-    text = values.decode_utf8(values.read_bytes(path, "bundle manifest", MAX_MANIFEST_BYTES), where)
-    return parse_manifest(text, where)
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(fd).st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise BundleError(f"{where} is {size:,} bytes", f"keep it under {MAX_MANIFEST_BYTES:,} bytes")
+        data = handle.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise BundleError(f"{where} is larger than {MAX_MANIFEST_BYTES:,} bytes", f"keep it under {MAX_MANIFEST_BYTES:,} bytes")
+    return parse_manifest(values.decode_utf8(data, where), where)
 
 
 def walk(directory: Path) -> dict[str, os.stat_result]:
     """Every file under ``directory`` by its relative name; a link or a special file is an error (a bundle holds plain
-    files only, so nothing in it can point out of it)."""
+    files only, so nothing in it can point out of it).
+
+    Iterative, with no path longer than one name (each directory is opened from the bundle's, name by name, links
+    never followed), and bounded: :data:`MAX_DEPTH` directories deep, :data:`MAX_ENTRIES` entries, :data:`MAX_FILES`
+    files."""
     found: dict[str, os.stat_result] = {}
-    for top, dirs, files in os.walk(directory, followlinks=False):
-        for name in [*dirs, *files]:
-            path = Path(top) / name
-            info = path.lstat()
-            rel = path.relative_to(directory).as_posix()
-            if stat.S_ISLNK(info.st_mode):
-                raise BundleError(f"bundle {directory}: {values.shown(rel)} is a link", f"a bundle holds plain files only: remove it, or {REBUILD}")
-            if stat.S_ISREG(info.st_mode):
-                found[rel] = info
-                if len(found) > MAX_FILES + 1:
-                    raise BundleError(f"bundle {directory}: more than {MAX_FILES:,} files", REBUILD)
-            elif not stat.S_ISDIR(info.st_mode):
-                raise BundleError(f"bundle {directory}: {values.shown(rel)} is not a plain file", f"remove it, or {REBUILD}")
+    entries = 0
+    root = _open_root(directory)
+    try:
+        pending: list[list[str]] = [[]]
+        while pending:
+            parts = pending.pop()
+            fd = _open_parts(directory, root, parts, leaf=False) if parts else root
+            if fd is None:
+                raise BundleError(f"bundle {directory}: {values.shown('/'.join(parts))} changed while it was read", REBUILD)
+            try:
+                with os.scandir(fd) as listing:
+                    for entry in listing:
+                        entries += 1
+                        rel = "/".join([*parts, entry.name])
+                        if entries > MAX_ENTRIES:
+                            raise BundleError(f"bundle {directory}: more than {MAX_ENTRIES:,} entries (at {values.shown(rel)})", REBUILD)
+                        info = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(info.st_mode):
+                            found[rel] = info
+                            if len(found) > MAX_FILES + 1:
+                                raise BundleError(f"bundle {directory}: more than {MAX_FILES:,} files", REBUILD)
+                        elif stat.S_ISDIR(info.st_mode):
+                            if len(parts) + 1 > MAX_DEPTH:
+                                raise BundleError(
+                                    f"bundle {directory}: {values.shown(rel)} is more than {MAX_DEPTH} directories deep", f"remove it, or {REBUILD}"
+                                )
+                            pending.append([*parts, entry.name])
+                        else:
+                            raise _unsafe(directory, rel, info.st_mode)
+            finally:
+                if fd != root:
+                    os.close(fd)
+    finally:
+        os.close(root)
     return found
 
 
@@ -513,22 +641,98 @@ def check_files(directory: Path, manifest: Manifest, found: dict[str, os.stat_re
     if problems:
         return problems
     for name in sorted(listed):
-        if _sha256(directory / name) != manifest.files[name].sha256:
+        if _sha256(directory, name) != manifest.files[name].sha256:
             problems.append(f"{name}: sha256 differs from the manifest's")
     return problems
 
 
+class _Capped:
+    """A binary stream read through, refused with ``error`` once more than ``limit`` bytes came out of it."""
+
+    def __init__(self, stream: IO[bytes], limit: int, error: Callable[[], Exception]) -> None:
+        self._stream = stream
+        self._left = limit
+        self._error = error
+        self.total = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(self._left + 1 if size < 0 else min(size, self._left + 1))
+        self.total += len(data)
+        self._left -= len(data)
+        if self._left < 0:
+            raise self._error()
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        raise OSError("a stream cannot seek")
+
+
+def _gunzip(handle: IO[bytes], directory: Path, name: str) -> Iterator[bytes]:
+    """The lines of the bundle's gzip file ``name``, streamed, within :data:`MAX_PACKAGES_GZ_BYTES` read,
+    :data:`MAX_PACKAGES_BYTES` expanded, :data:`MAX_PACKAGES_LINES` lines of at most :data:`MAX_PACKAGES_LINE` bytes."""
+    where = f"bundle {directory}: {name}"
+
+    def bound(what: str, limit: int) -> BundleError:
+        return BundleError(f"{where}: more than {limit:,} {what}, the bound of megaprov.cluster.bundle", REBUILD)
+
+    stored = _Capped(handle, MAX_PACKAGES_GZ_BYTES, lambda: bound("bytes as stored (MAX_PACKAGES_GZ_BYTES)", MAX_PACKAGES_GZ_BYTES))
+    expanded = lines = 0
+    rest = b""
+    try:
+        with gzip.GzipFile(fileobj=stored, mode="rb") as unzipped:
+            while chunk := unzipped.read(1 << 20):
+                expanded += len(chunk)
+                if expanded > MAX_PACKAGES_BYTES:
+                    raise bound("bytes expanded (MAX_PACKAGES_BYTES)", MAX_PACKAGES_BYTES)
+                lines += chunk.count(b"\n")
+                if lines > MAX_PACKAGES_LINES:
+                    raise bound("lines (MAX_PACKAGES_LINES)", MAX_PACKAGES_LINES)
+                *complete, rest = (rest + chunk).split(b"\n")
+                if len(rest) > MAX_PACKAGES_LINE or any(len(line) > MAX_PACKAGES_LINE for line in complete):
+                    raise bound("bytes in one line (MAX_PACKAGES_LINE)", MAX_PACKAGES_LINE)
+                yield from complete
+    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; EOFError: cut short
+        raise BundleError(f"{where} is not a whole gzip file ({values.printable(str(exc))[:200]})", REBUILD) from None
+    if stored.total == 0:
+        raise BundleError(f"{where} is empty, not a gzip file", REBUILD)
+    if rest:
+        yield rest
+
+
 def apt_index(directory: Path) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Package -> (version, what it provides) from the bundle's apt/Packages.gz (checked against the manifest first)."""
-    path = directory / "apt" / "Packages.gz"
-    if not path.is_file():
+    """Package -> (version, what it provides) from the bundle's apt/Packages.gz (checked against the manifest first).
+
+    Read as hostile: streamed and bounded (see :func:`_gunzip`), at most :data:`MAX_APT_NAMES` packages and provided
+    names; a file that is not gzip is refused naming it."""
+    name = "apt/Packages.gz"
+    fd = _open_file(directory, name)
+    if fd is None:
         return {}
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for stanza in gzip.decompress(path.read_bytes()).decode("utf-8", "replace").split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
+    names = 0
+
+    def add(fields: dict[str, str]) -> None:
+        nonlocal names
         if "Package" in fields:
             provides = tuple(p.strip().split(" ")[0] for p in fields.get("Provides", "").split(",") if p.strip())
+            names += 1 + len(provides)
+            if names > MAX_APT_NAMES:
+                raise BundleError(f"bundle {directory}: {name}: more than {MAX_APT_NAMES:,} packages and provided names (MAX_APT_NAMES)", REBUILD)
             out[fields["Package"]] = (fields.get("Version", ""), provides)
+
+    stanza: dict[str, str] = {}
+    with os.fdopen(fd, "rb") as handle:
+        for raw in _gunzip(handle, directory, name):
+            if not raw:
+                add(stanza)
+                stanza = {}
+                continue
+            line = raw.decode("utf-8", "replace")
+            if ": " in line and not line.startswith(" "):
+                key, value = line.split(": ", 1)
+                if key in ("Package", "Version", "Provides"):
+                    stanza[key] = value
+    add(stanza)
     return out
 
 
@@ -684,34 +888,194 @@ def apt_request(contents: Contents) -> list[str]:
     return list(out)
 
 
-def _fetch(url: str, dest: Path, limit: int) -> None:
+class _Deadline:
+    """One download's deadline, whole: at ``seconds`` every socket opened for it is shut down, so a read blocked on a
+    server that trickles (urllib's timeout is per read, and each byte restarts it) returns at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for sock in self._sockets:
+                sock.close()
+            self._sockets.clear()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def connect(self, address: tuple[str, int], timeout: float | None = None, source_address: tuple[str, int] | None = None) -> socket.socket:
+        """socket.create_connection, watched: a duplicate of the socket is kept to shut down the connection (TLS and
+        a proxy's tunnel take over the socket object itself)."""
+        sock = socket.create_connection(address, timeout, source_address)
+        with self._lock:
+            self._sockets.append(sock.dup())
+            if self.expired:
+                sock.close()
+                raise TimeoutError("the deadline passed while connecting")
+        return sock
+
+    def connection(self, kind: type[http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
+        def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+            conn = kind(host, **kwargs)
+            conn._create_connection = self.connect  # type: ignore[attr-defined]  # http.client's hook for the socket
+            return conn
+
+        return make
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Redirects to http and https only (each new connection is under the same deadline)."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: http.client.HTTPMessage, newurl: str
+    ) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            raise urllib.error.HTTPError(newurl, code, f"a redirect to {values.shown(newurl)} (http and https only)", headers, fp)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    context = ssl.create_default_context()
+
+    class HTTP(urllib.request.HTTPHandler):
+        def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(deadline.connection(http.client.HTTPConnection), req)
+
+    class HTTPS(urllib.request.HTTPSHandler):
+        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(deadline.connection(http.client.HTTPSConnection), req, context=context)
+
+    return urllib.request.build_opener(HTTP(), HTTPS(context=context), _Redirects())
+
+
+def _fetch_file(url: str, dest: Path, limit: int) -> None:
+    """A file: URL: a regular file only (a FIFO would block the open, a device never ends)."""
+    path = urllib.request.url2pathname(urllib.parse.urlsplit(url).path)
     try:
-        with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310 (http, https or file, checked by _url)
-            data = response.read(limit + 1)
-    except (OSError, ValueError) as exc:
-        raise EnvironmentProblem(f"could not fetch {url}: {exc}", "check the network, or point the variable at a reachable mirror") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise EnvironmentProblem(f"could not fetch {url}: {exc.strerror}", "point the variable at a file that exists") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise EnvironmentProblem(f"could not fetch {url}: not a plain file", "point the variable at the package file")
+        data = handle.read(limit + 1)
     if len(data) > limit:
         raise EnvironmentProblem(f"{url} is larger than {limit:,} bytes", "point the variable at the right file")
     dest.write_bytes(data)
 
 
-def _keyring_from_deb(deb: Path, member: str, dest: Path) -> None:
-    """The keyring file ``member`` (an absolute path) out of the keyring package, as the node's dpkg installs it."""
-    proc = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=False)
-    if proc.returncode != 0:
-        raise EnvironmentProblem(
-            f"{deb.name}: not a Debian package ({proc.stderr.decode(errors='replace').strip()[:200]})", "check nvidia_driver_keyring_url"
-        )
-    import io
+def _fetch(url: str, dest: Path, limit: int) -> None:
+    """``url`` into ``dest``: at most ``limit`` bytes, within :data:`FETCH_SECONDS` in all (connecting, the headers,
+    every read, redirects), each read within :data:`FETCH_READ_SECONDS`."""
+    if urllib.parse.urlsplit(url).scheme == "file":
+        _fetch_file(url, dest, limit)
+        return
+    hint = "check the network, or point the variable at a reachable mirror"
+    size = 0
+    try:
+        with _Deadline(FETCH_SECONDS) as deadline:
+            try:
+                with _opener(deadline).open(url, timeout=min(FETCH_READ_SECONDS, FETCH_SECONDS)) as response, dest.open("wb") as out:
+                    while chunk := response.read1(1 << 16):
+                        size += len(chunk)
+                        if size > limit:
+                            raise EnvironmentProblem(f"{url} is larger than {limit:,} bytes", "point the variable at the right file")
+                        out.write(chunk)
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                if not deadline.expired:
+                    raise EnvironmentProblem(f"could not fetch {url}: {values.printable(str(exc))[:300]}", hint) from None
+            if deadline.expired:  # a connection shut at the deadline can look like a clean end
+                raise EnvironmentProblem(f"could not fetch {url}: it did not finish within {FETCH_SECONDS:g}s", hint)
+    except EnvironmentProblem:
+        dest.unlink(missing_ok=True)
+        raise
 
-    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as archive:
-        for entry in archive.getmembers():
-            if entry.isfile() and entry.name.lstrip("./") == member.lstrip("/"):
-                handle = archive.extractfile(entry)
-                if handle is not None:
-                    dest.write_bytes(handle.read())
-                    return
-    raise EnvironmentProblem(f"{deb.name} holds no {member}", "check nvidia_driver_keyring_url: it must be NVIDIA's cuda-keyring package")
+
+def _keyring_from_deb(deb: Path, member: str, dest: Path) -> None:
+    """The keyring file ``member`` (an absolute path) out of the keyring package, as the node's dpkg installs it.
+
+    The package is hostile until it is read: its data.tar is streamed from dpkg-deb (at most
+    :data:`MAX_KEYRING_TAR_BYTES`, :data:`MAX_TAR_MEMBERS` entries) and nothing is extracted; an entry outside the
+    package's root (absolute, '..'), a device or FIFO anywhere, or a keyring that is a link, twice there or larger than
+    :data:`MAX_KEYRING_BYTES` is refused."""
+    hint = "check nvidia_driver_keyring_url: it must be NVIDIA's cuda-keyring package"
+    want = member.strip("/")
+    found: bytes | None = None
+    problem = ""
+    with tempfile.TemporaryFile() as errors:
+        try:
+            proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors)
+        except FileNotFoundError:
+            raise EnvironmentProblem("dpkg-deb is not installed: it reads NVIDIA's keyring package", "apt-get install dpkg") from None
+        assert proc.stdout is not None
+        try:
+            stream = _Capped(
+                proc.stdout,
+                MAX_KEYRING_TAR_BYTES,
+                lambda: EnvironmentProblem(f"{deb.name}: its files are more than {MAX_KEYRING_TAR_BYTES:,} bytes (MAX_KEYRING_TAR_BYTES)", hint),
+            )
+            with tarfile.open(fileobj=stream, mode="r|") as archive:  # type: ignore[call-overload]  # a stream: read()
+                for count, entry in enumerate(archive, 1):
+                    found = _keyring_entry(deb, archive, entry, count, want, found, hint)
+        except (tarfile.TarError, ValueError, EOFError) as exc:  # a header tarfile cannot read
+            problem = str(exc) or exc.__class__.__name__
+        finally:
+            proc.stdout.close()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.returncode != 0 or problem:
+            errors.seek(0)
+            said = errors.read(4096).decode(errors="replace").strip() or problem or f"dpkg-deb exit {proc.returncode}"
+            raise EnvironmentProblem(f"{deb.name}: not a Debian package ({values.printable(said)[:200]})", hint)
+    if found is None:
+        raise EnvironmentProblem(f"{deb.name} holds no {member}", hint)
+    dest.write_bytes(found)
+
+
+def _keyring_entry(
+    deb: Path, archive: tarfile.TarFile, entry: tarfile.TarInfo, count: int, want: str, found: bytes | None, hint: str
+) -> bytes | None:
+    """One entry of the keyring package's data.tar: checked, and the keyring's bytes where it is the keyring."""
+    name = values.shown(entry.name)
+    if count > MAX_TAR_MEMBERS:
+        raise EnvironmentProblem(f"{deb.name}: more than {MAX_TAR_MEMBERS:,} entries (MAX_TAR_MEMBERS)", hint)
+    parts = [p for p in entry.name.split("/") if p not in ("", ".")]
+    if entry.name.startswith("/") or ".." in parts:
+        raise EnvironmentProblem(f"{deb.name}: entry {name} is outside the package's root", hint)
+    if entry.ischr() or entry.isblk() or entry.isfifo():
+        raise EnvironmentProblem(f"{deb.name}: entry {name} is a device or FIFO", hint)
+    if "/".join(parts) != want:
+        return found
+    if not entry.isreg():
+        raise EnvironmentProblem(f"{deb.name}: {name} is a link or not a regular file", hint)
+    if found is not None:
+        raise EnvironmentProblem(f"{deb.name}: {name} is in it twice", hint)
+    if entry.size > MAX_KEYRING_BYTES:
+        raise EnvironmentProblem(f"{deb.name}: {name} is {entry.size:,} bytes, more than {MAX_KEYRING_BYTES:,} (MAX_KEYRING_BYTES)", hint)
+    handle = archive.extractfile(entry)
+    data = handle.read(MAX_KEYRING_BYTES + 1) if handle is not None else b""
+    if len(data) != entry.size:
+        raise EnvironmentProblem(f"{deb.name}: {name} is cut short", hint)
+    return data
 
 
 def build_apt(contents: Contents, dist: Distribution, arch: str, out: Path, work: Path, security: str, progress: Progress = _quiet) -> None:
@@ -836,12 +1200,11 @@ def make_manifest(directory: Path, dist: Distribution, arch: str, git: dict[str,
     from megaprov import __version__
 
     files = {}
-    for name in sorted(walk(directory)):
+    for name, info in sorted(walk(directory).items()):
         if name == MANIFEST:
             continue
         file_name(name, "bundle")
-        path = directory / name
-        files[name] = FileEntry(sha256=_sha256(path), size=path.stat().st_size)
+        files[name] = FileEntry(sha256=_sha256(directory, name), size=info.st_size)
     apt = {name: version for name, (version, _) in sorted(apt_index(directory).items())}
     return Manifest(
         format=FORMAT,
