@@ -37,15 +37,335 @@ _VAR_RE = values.VARIABLE
 _SECTION_RE = re.compile(r"^\[([^\]]*)\]\s*(?:#.*)?$")  # a trailing comment is allowed, as in Ansible
 _COMMENT_RE = re.compile(r"\s+#.*$")
 
+Checker = Callable[[Any, str], Any]  # (value, field) -> the value, or values.BadValue naming the field and the fix
+
+# ---- values typed for the file they become on a server: /etc/exports, fstab, slurm.conf, a unit, ...
+# Each mirrors (or is stricter than) the assert of the role that writes the file, so that a value the role would
+# refuse on the node (exit 4, after earlier stages changed it) is refused here, before any host is contacted (exit 2).
+
+_CONFIG_PATH = re.compile(r"[A-Za-z0-9._/-]")
+
+
+def config_path(value: Any, field: str) -> str:
+    """An absolute path written into a server's configuration: letters, digits and ``._/-`` only. Whitespace separates
+    fields in exports(5) and fstab(5), ``#`` starts a comment there, ``()*`` are exports' client syntax, ``%``, ``$``,
+    ``\\`` and quotes mean something in a systemd unit: none of them is a path character here."""
+    path = values.absolute_path(value, field)
+    bad = next((c for c in str(value) if not _CONFIG_PATH.fullmatch(c)), None)
+    if bad is not None or len(str(value)) > 200 or ".." in str(value):
+        why = f"has the character {bad!r}" if bad is not None else "is longer than 200 characters" if len(str(value)) > 200 else "contains '..'"
+        raise values.BadValue(
+            field, value, f"{why}, which exports, fstab, systemd units or a config file would read", "use letters, digits and ._/- (e.g. /shared)"
+        )
+    return path
+
+
+def _directory(value: Any, field: str) -> str:
+    path = config_path(value, field)
+    if path == "/":
+        raise values.BadValue(field, value, "is the root directory", "give a directory of its own (e.g. /var/lib/NAME)")
+    return path
+
+
+def _optional(check: Checker) -> Checker:
+    def optional(value: Any, field: str) -> Any:
+        return value if value in ("", None) else check(value, field)
+
+    return optional
+
+
+def _word(pattern: str, what: str, fix: str, max_len: int = 500) -> Checker:
+    """A value of a target's own syntax (a Slurm name, a Prometheus duration, mount options), matched in full; a
+    number from an INI line is read as its digits."""
+    compiled = re.compile(pattern)
+
+    def word(value: Any, field: str) -> str:
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if not isinstance(text, str) or len(text) > max_len or not compiled.fullmatch(text):
+            raise values.BadValue(field, value, f"is not {what}", fix)
+        return text
+
+    return word
+
+
+def _list_of(check: Checker, what: str) -> Checker:
+    def items(value: Any, field: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise values.BadValue(field, value, f"is not a list of {what}", f"write a YAML list: [{what}, ...]")
+        return [check(item, f"{field}[{index}]") for index, item in enumerate(value)]
+
+    return items
+
+
+def ip_address(value: Any, field: str) -> str:
+    """An address a service listens on: an IPv4 or IPv6 address (no name, no zone), as the roles assert."""
+    if isinstance(value, str) and "%" not in value:
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            pass
+    raise values.BadValue(field, value, "is not an IP address", "give the address the service listens on, e.g. 10.0.0.1")
+
+
+def _number(low: int, high: int) -> Checker:
+    def number(value: Any, field: str) -> int:
+        text = value.strip() if isinstance(value, str) else value
+        whole = int(text) if isinstance(text, str) and re.fullmatch(r"-?\d{1,12}", text) else text
+        return values.bounded_int(whole, field, low, high)
+
+    return number
+
+
+_port = _number(1, 65535)
+_seconds = _number(0, 10**9)
+_PROMETHEUS_DURATION = _word(r"([0-9]{1,5}(ms|s|m|h|d|w|y))+", "a Prometheus duration", "write it as 15s, 1m, 30d or 1y30d (no spaces)", 64)
+_NFS_OPTIONS = r"[a-z_][a-z0-9_.-]*(=[A-Za-z0-9_.:/@+-]+)?(,[a-z_][a-z0-9_.-]*(=[A-Za-z0-9_.:/@+-]+)?)*"
+SLURM_CLUSTER_NAME = r"[a-z][a-z0-9_-]{0,39}"  # the slurm role's assert; Slurm itself lower-cases ClusterName
+SLURM_PARTITION_NAME = r"[A-Za-z0-9_-]{1,40}"
+SLURM_TIME = r"INFINITE|UNLIMITED|([0-9]{1,5}-)?[0-9]{1,2}(:[0-9]{2}){0,2}"
+_partition_name = _word(SLURM_PARTITION_NAME, "a Slurm partition name", "use letters, digits, _ and - (at most 40)")
+_slurm_time = _word(SLURM_TIME, "a Slurm time", "write INFINITE, minutes (at most 99), HH:MM:SS or DAYS-HH[:MM[:SS]]")
+PARTITION_KEYS = ("name", "default", "max_time", "nodes")
+
+
+def slurm_partitions(value: Any, field: str) -> list[Any]:
+    """``slurm_partitions`` as slurm.conf's PartitionName lines take it: names Slurm reads as one word, at most one
+    default, a Slurm time, inventory host names (each line is ``key=value`` words: a space would start a new key)."""
+    if not isinstance(value, list) or not value:
+        raise values.BadValue(field, value, "is not a list of partitions", "write e.g. [{name: gpu, default: true, max_time: INFINITE}]")
+    names: set[str] = set()
+    defaults = 0
+    for index, partition in enumerate(value):
+        where = f"{field}[{index}]"
+        if not isinstance(partition, dict) or "name" not in partition:
+            raise values.BadValue(where, partition, "is not a partition", "write it as {name: gpu, default: true, max_time: INFINITE}")
+        unknown = sorted(str(key) for key in partition if key not in PARTITION_KEYS)
+        if unknown:
+            raise values.BadValue(
+                f"{where}.{unknown[0]}", partition[unknown[0]], "is not a partition setting", "a partition has name, default, max_time and nodes"
+            )
+        name = _partition_name(partition["name"], f"{where}.name")
+        if name in names:
+            raise values.BadValue(f"{where}.name", name, "names a partition twice", "give each partition its own name")
+        names.add(name)
+        default = partition.get("default", False)
+        if not isinstance(default, bool) and str(default).lower() not in _TRUE | _FALSE:
+            raise values.BadValue(f"{where}.default", default, "must be true or false", "mark one partition default: true")
+        defaults += as_bool(default)
+        if "max_time" in partition:
+            _slurm_time(partition["max_time"], f"{where}.max_time")
+        if "nodes" in partition:
+            _list_of(values.host_name, "host names")(partition["nodes"], f"{where}.nodes")
+    if defaults > 1:
+        raise values.BadValue(field, [p.get("name") for p in value], f"marks {defaults} partitions default", "mark at most one default: true")
+    return value
+
+
+_RECEIVER_NAME = _word(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", "a receiver name", "use letters, digits and _.- (at most 64)")
+_RECEIVER_CHECKS: dict[str, Checker] = {
+    "name": _RECEIVER_NAME,
+    "webhook_url": _word(
+        r"https?://[A-Za-z0-9.:\[\]_-]{1,253}(/[A-Za-z0-9._~%/?=&+-]{0,400})?", "an http(s) URL", "write http(s)://HOST[:PORT]/PATH"
+    ),
+    "email_to": _word(r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}", "an e-mail address", "write one address, e.g. ops@example.org"),
+    "email_from": _word(r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9.-]{1,253}", "an e-mail address", "write one address, e.g. alerts@example.org"),
+    "email_smarthost": _word(r"[A-Za-z0-9.-]{1,253}:[0-9]{1,5}", "a mail relay", "write HOST:PORT, e.g. smtp.example.org:25"),
+}
+
+
+def alert_receivers(value: Any, field: str) -> list[Any]:
+    """Alertmanager's receivers as the prometheus role writes them: a named webhook or e-mail receiver each."""
+    if not isinstance(value, list):
+        raise values.BadValue(field, value, "is not a list of receivers", "write e.g. [{name: ops, webhook_url: https://...}]")
+    names: set[str] = set()
+    for index, receiver in enumerate(value):
+        where = f"{field}[{index}]"
+        if not isinstance(receiver, dict) or "name" not in receiver:
+            raise values.BadValue(
+                where, receiver, "is not a receiver", "write {name: ops, webhook_url: URL} or {name: ops, email_to: A, email_smarthost: H:P}"
+            )
+        for key, item in receiver.items():
+            if key not in _RECEIVER_CHECKS:
+                raise values.BadValue(f"{where}.{key}", item, "is not a receiver setting", "a receiver has " + ", ".join(_RECEIVER_CHECKS))
+            _RECEIVER_CHECKS[key](item, f"{where}.{key}")
+        if "webhook_url" not in receiver and not ("email_to" in receiver and "email_smarthost" in receiver):
+            raise values.BadValue(where, receiver, "has no webhook_url and no email_to with email_smarthost", "give the receiver one of them")
+        if receiver["name"] in names:
+            raise values.BadValue(f"{where}.name", receiver["name"], "names a receiver twice", "give each receiver its own name")
+        names.add(receiver["name"])
+    return value
+
+
+_NCCL_VALUE = _word(
+    r"[A-Za-z0-9_.,:=^+/@%-]{0,256}", "a plain NCCL setting", "use letters, digits and _.,:=^+/@%- (nccl.env is sourced by a shell, unquoted)"
+)
+
+
+def nccl_env(value: Any, field: str) -> dict[str, Any]:
+    """``infiniband_nccl_env``: NAME=VALUE lines of /etc/megaprov/nccl.env, which every launch sources with a shell."""
+    if not isinstance(value, dict):
+        raise values.BadValue(field, value, "is not a mapping of NCCL variables", "write e.g. {NCCL_IB_HCA: mlx5_0}")
+    for key, item in value.items():
+        values.env_name(key, f"{field} key")
+        if item is not None and not isinstance(item, (str, int, float, bool)):
+            raise values.BadValue(f"{field}.{key}", item, "is not a plain value", "give a string or a number")
+        _NCCL_VALUE("" if item is None else str(item), f"{field}.{key}")
+    return value
+
+
+def _ipoib_address(value: Any, field: str) -> str:
+    """The address the megaprov-ipoib unit gives the IPoIB interface: ``ip addr replace ADDRESS/PREFIX``."""
+    if isinstance(value, str) and re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}/\d{1,2}", value):
+        try:
+            ipaddress.IPv4Interface(value)
+            return value
+        except ValueError:
+            pass
+    raise values.BadValue(field, value, "is not an IPv4 address with its prefix", "write it as 10.1.0.5/16")
+
+
+# Variable -> its checker, for every inventory variable that reaches a server's configuration (grep the roles'
+# templates/ and the tasks that write exports, fstab and units). Each is typed before any host is contacted.
+SERVER_CONFIG: dict[str, Checker] = {
+    # /etc/exports, ganesha.conf
+    "nfs_server_export_dir": config_path,
+    "nfs_server_kernel_options": _word(_NFS_OPTIONS, "a list of export options", "write them as rw,sync,no_subtree_check (no spaces)"),
+    "nfs_server_client_addresses": _list_of(ip_address, "IP addresses"),
+    # fstab (the nfs_client role's mount)
+    "nfs_client_server": _optional(values.host_address),
+    "nfs_client_export": _directory,
+    "nfs_client_mount_point": _directory,
+    "nfs_client_mount_options": _word(_NFS_OPTIONS, "a list of mount options", "write them as hard,_netdev,vers=4.2 (no spaces)"),
+    # slurm.conf, gres.conf, slurmdbd.conf, cgroup.conf
+    "slurm_cluster_name": _word(
+        SLURM_CLUSTER_NAME, "a Slurm cluster name", "use lower-case letters, digits, _ and - (at most 40, starting with a letter)"
+    ),
+    "slurm_partitions": slurm_partitions,
+    "slurm_gpu_type": _word(r"([a-z0-9_]{1,32})?", "a Slurm GRES type", "use lower-case letters, digits and _ (at most 32), e.g. h100"),
+    "slurm_controller_host": values.host_name,
+    "slurm_compute_hosts": _list_of(values.host_name, "host names"),
+    "slurm_node_addr": values.host_address,
+    "slurm_plugin_dir": _directory,
+    "slurm_repo": _word(
+        r"(deb (\[[^\]]*\] )?[a-z]+://\S+ \S+( [A-Za-z0-9._-]+)+)?", "an apt source line", "write deb [OPTIONS] URL SUITE COMPONENT, or ''"
+    ),
+    "slurm_slurmctld_port": _port,
+    "slurm_slurmd_port": _port,
+    "slurm_health_check_interval": _seconds,
+    "slurm_kill_wait": _number(30, 10**6),
+    "slurm_mem_reserve_mb": _number(0, 10**9),
+    # prometheus.yml, alertmanager.yml and their units' ARGS
+    "prometheus_listen_address": ip_address,
+    "prometheus_port": _port,
+    "prometheus_node_exporter_port": _port,
+    "prometheus_dcgm_port": _port,
+    "prometheus_alertmanager_port": _port,
+    "prometheus_alert_recorder_port": _port,
+    "prometheus_storage_path": _directory,
+    "prometheus_alertmanager_storage_path": _directory,
+    "prometheus_retention_time": _PROMETHEUS_DURATION,
+    "prometheus_retention_size": _word(r"([0-9]{1,6}(B|KB|MB|GB|TB|PB|EB))?", "a Prometheus size", "write it as 500GB, or '' for no limit"),
+    "prometheus_scrape_interval": _PROMETHEUS_DURATION,
+    "prometheus_evaluation_interval": _PROMETHEUS_DURATION,
+    "prometheus_alertmanager_group_wait": _PROMETHEUS_DURATION,
+    "prometheus_alertmanager_group_interval": _PROMETHEUS_DURATION,
+    "prometheus_alertmanager_repeat_interval": _PROMETHEUS_DURATION,
+    "prometheus_node_hosts": _list_of(values.host_name, "host names"),
+    "prometheus_dcgm_hosts": _list_of(values.host_name, "host names"),
+    "prometheus_alertmanager_receivers": alert_receivers,
+    "prometheus_alertmanager_route_receiver": _optional(_RECEIVER_NAME),
+    # Grafana's unit drop-in (Environment=) and its data source
+    "grafana_listen_address": ip_address,
+    "grafana_port": _port,
+    "grafana_provisioning_dir": _directory,
+    "grafana_prometheus_url": _word(
+        r"https?://[A-Za-z0-9.:\[\]_-]{1,253}(/[A-Za-z0-9._~%/-]{0,200})?", "an http(s) URL", "write http(s)://HOST:PORT"
+    ),
+    "grafana_prometheus_scrape_interval": _word(r"[0-9]{1,5}(ms|s|m|h)", "a Prometheus interval", "write it as 15s or 1m"),
+    # systemd units and drop-ins of the observe stage
+    "central_logs_host": values.host_name,
+    "central_logs_listen_address": ip_address,
+    "central_logs_port": _port,
+    "central_logs_dir": _directory,
+    "central_logs_max_use": _word(r"[0-9]{1,6}[KMGT]?", "a journal size", "write it as 8G"),
+    "central_logs_retention": _word(r"[0-9]{1,5}(s|min|h|d|weeks|months|years)", "a journal retention", "write it as 30d or 2weeks"),
+    "dcgm_exporter_listen_address": ip_address,
+    "dcgm_exporter_port": _port,
+    "dcgm_hostengine_port": _port,
+    "dcgm_exporter_interval_ms": _number(1, 10**9),
+    "dcgm_exporter_xid_window_ms": _number(1, 10**10),
+    "dcgm_exporter_job_mapping_dir": _word(r"/run/[A-Za-z0-9._/-]{1,200}", "a directory under /run", "use e.g. /run/megaprov/dcgm-job-mapping"),
+    "node_exporter_listen_address": ip_address,
+    "node_exporter_port": _port,
+    "node_exporter_textfile_dir": _directory,
+    "node_exporter_nvidia_smi": _directory,
+    "node_exporter_extra_args": _list_of(
+        _word(
+            r"--[a-z][a-z0-9.-]{1,80}(=[A-Za-z0-9_.,:/^$|()*+?@-]{0,200})?",
+            "a node-exporter flag",
+            "write --flag or --flag=value (no spaces or quotes)",
+        ),
+        "flags",
+    ),
+    "node_exporter_gpu_kernel_log_command": _word(
+        r"([A-Za-z0-9._/=-]+( [A-Za-z0-9._/=-]+)*)?", "a plain command line", "use words of letters, digits and ._/=- (at most 300)", 300
+    ),
+    "node_exporter_dcgm_job_mapping_dir": _word(
+        r"(/run/[A-Za-z0-9._/-]{1,200})?", "a directory under /run", "use e.g. /run/megaprov/dcgm-job-mapping, or ''"
+    ),
+    "node_exporter_gpu_interval": _number(1, 86400),
+    "node_exporter_job_interval": _number(1, 86400),
+    "infiniband_ipoib_interface": _word(r"([A-Za-z0-9_.:-]{1,15})?", "a network interface name", "use the name `ip link` shows, e.g. ib0"),
+    "infiniband_ipoib_address": _optional(_ipoib_address),
+    "infiniband_nccl_env": nccl_env,
+    "infiniband_nccl_hcas": _list_of(_word(r"[A-Za-z0-9_.-]+(:[0-9]+)?", "an HCA", "write NAME[:PORT], e.g. mlx5_0:1"), "HCAs"),
+    # the package cache's units and apt-cacher-ng's configuration
+    "package_cache_address": _word(r"([A-Za-z0-9][A-Za-z0-9.-]{0,252})?", "a host address", "give the head's cluster address or name"),
+    "package_cache_apt_port": _port,
+    "package_cache_http_port": _port,
+    "package_cache_apt_dir": _directory,
+    "package_cache_web_root": _directory,
+    "package_cache_apt_ca_file": _optional(_directory),
+    "package_cache_apt_upstream_proxy": _word(r"(https?://[A-Za-z0-9@:._-]+/?)?", "a proxy URL", "write http://HOST:PORT/, or ''"),
+    # limits.conf and systemd's DefaultLimit*
+    "common_memlock": _word(r"unlimited|[0-9]{1,12}", "a memlock limit", "write unlimited or a size in KiB"),
+    "common_nofile": _number(1, 2**30),
+}
+
 # Variables megaprov renders itself (scripts, units, paths), typed beyond their argument spec.
-TYPED_VARS: dict[str, Any] = {
+TYPED_VARS: dict[str, Checker] = {
     "ansible_host": values.host_address,
-    "megaprov_shared_dir": values.absolute_path,
-    "megaprov_scratch_dir": values.absolute_path,
+    "megaprov_shared_dir": config_path,  # /etc/exports, fstab, the units of the observe stage, every job's paths
+    "megaprov_scratch_dir": config_path,
     "megaprov_controller_shared_dir": values.absolute_path,
     "megaprov_cluster_user": values.posix_user,
     "slurm_gpus_per_node": values.gpu_count_or_auto,
 }
+
+# Role variables the megaprov command reads itself before Ansible runs (logs, top, status, the launch, bundle); the
+# megaprov role's options (megaprov_*) and the typed variables above are read or typed by megaprov too.
+READ_BY_MEGAPROV = ("central_logs_host", "prometheus_listen_address", "prometheus_port", "megatron_checkpoint_write_mbps", "package_cache_bundle")
+_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
+
+
+def templated(value: Any) -> bool:
+    """Whether a value, or a string anywhere inside it, holds Jinja (Ansible templates it on the node)."""
+    if isinstance(value, str):
+        return _TEMPLATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(templated(key) or templated(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(templated(item) for item in value)
+    return False
+
+
+def read_literally(name: str, specs: dict[str, dict[str, Any]]) -> bool:
+    """Whether megaprov reads or types ``name`` before Ansible templates it (so a template there cannot be honoured).
+    Ansible's connection variables are left to their own checks (``ansible_port`` may be a template)."""
+    if name.startswith("ansible_"):
+        return False
+    return name in TYPED_VARS or name in SERVER_CONFIG or name in READ_BY_MEGAPROV or specs.get(name, {}).get("role") == "megaprov"
+
 
 # Connection variables Ansible itself interprets.
 # Each description is the hint of a type error (these have no role README to point at).
@@ -137,11 +457,18 @@ def _expand_ranges(pattern: str, where: str) -> list[str]:
     return [name for v in names for name in _expand_ranges(head + v + tail, where)]
 
 
-def _literal(value: str) -> Any:
+def _literal(value: str, where: str = "", key: str = "value") -> Any:
+    """An INI value as Ansible's INI reader takes it: a Python literal, else the text. What ``literal_eval`` parses but
+    cannot build (``{{ 8 }}`` is a set of sets: unhashable) fails Ansible's reader too: one line, not a traceback."""
     try:
         return ast.literal_eval(value)
     except (ValueError, SyntaxError):
         return value
+    except (TypeError, RecursionError, MemoryError) as exc:
+        raise InventoryError(
+            f"{where}: {key}={values.shown(value)}: Ansible's INI reader cannot read this value ({type(exc).__name__}: {str(exc)[:60]})",
+            "give a literal value, or write the variable in group_vars/ as YAML",
+        ) from None
 
 
 def _split_kv(tokens: list[str], where: str) -> dict[str, Any]:
@@ -152,7 +479,7 @@ def _split_kv(tokens: list[str], where: str) -> dict[str, Any]:
         key, value = token.split("=", 1)
         if not _VAR_RE.fullmatch(key):
             raise InventoryError(f"{where}: {key!r} is not a valid variable name", "use letters, digits and _")
-        out[key] = _literal(value)
+        out[key] = _literal(value, where, key)
     return out
 
 
@@ -199,7 +526,7 @@ def parse_ini(text: str, source: str) -> tuple[dict[str, Host], dict[str, list[s
                 raise InventoryError(f"{where}: {line!r} in [{section}:vars] is not name=value", "write one variable per line as name=value")
             # As Ansible does: a Python literal (number, quoted string, list, ...) with an optional trailing
             # comment, otherwise the whole rest of the line as a string (a comment included).
-            parsed = _literal(value.strip())
+            parsed = _literal(value.strip(), where, key)
             if isinstance(parsed, str) and parsed == value.strip() and _COMMENT_RE.search(parsed):
                 raise InventoryError(
                     f"{where}: {key}={values.shown(parsed)}: Ansible keeps ' #...' as part of an unquoted value in [{section}:vars]",
@@ -501,6 +828,8 @@ def typed_problem(name: str, value: Any, typed: bool = True, tree: bool = True) 
             values.check_tree(value, name)
         if typed and name in TYPED_VARS:
             TYPED_VARS[name](value, name)
+        if typed and name in SERVER_CONFIG:
+            SERVER_CONFIG[name](value, name)
     except values.BadValue as bad:
         return bad
     return None
@@ -511,6 +840,11 @@ def validate_vars(variables: dict[str, Any], source: str, specs: dict[str, dict[
         if not isinstance(name, str) or not values.VARIABLE.fullmatch(name):
             raise InventoryError(f"{source}: {values.shown(name)} is not a variable name", "use letters, digits and _ (not starting with a digit)")
         bad = typed_problem(name, value, typed=False)  # control characters first: spec messages print the value
+        if bad is None and templated(value) and read_literally(name, specs):
+            raise InventoryError(
+                f"{source}: {name}={values.shown(value)} is a template: megaprov reads this value before Ansible templates it",
+                "give a literal value",
+            )
         if bad is None:
             _check_spec(name, value, source, specs, role_prefixes)
             bad = typed_problem(name, value, tree=False)

@@ -161,7 +161,8 @@ def as_data(value: Any, where: str = "extra vars", top: bool = True) -> Any:
 
 
 def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str | None = None) -> dict[str, Any]:
-    """Keyword arguments for ``ansible_runner.run``. Pure: no I/O."""
+    """Keyword arguments for ``ansible_runner.run``. Pure: no I/O (a relative inventory is made absolute from the
+    current directory)."""
     opts = spec.options
     cmdline: list[str] = []
     if opts.check:
@@ -190,7 +191,8 @@ def build_run_kwargs(spec: RunSpec, strategy_dir: Path | None = None, path: str 
         "private_data_dir": str(spec.private_data_dir),
         "project_dir": str(spec.collections_root / "ansible_collections" / "megaprov" / "cluster"),
         "playbook": str(spec.playbook),
-        "inventory": [str(p) for p in spec.inventories],
+        # Absolute: ansible-runner runs Ansible in project_dir, where a relative inventory names nothing (no host matched).
+        "inventory": [os.path.abspath(p) for p in spec.inventories],
         "envvars": envvars,
         "extravars": as_data(dict(opts.extravars)),  # data, never templates
         # Fresh private_data_dir per run, and no env/ files: stale extravars can never leak in.
@@ -306,11 +308,28 @@ class EventFolder:
         return [self.stats[name] for name in sorted(self.stats)]
 
 
+_HEADERS = ("TASK [", "PLAY [", "PLAY RECAP", "RUNNING HANDLER [")
+
+
+def _a_tasks_failure(lines: list[str]) -> bool:
+    """Whether the error at ``lines[0]`` is a task's own failure on a host: ansible-core prints those as ``[ERROR]:``
+    too (without a terminal, e.g. under cron), followed by the host's ``fatal: [host]`` line; the events hold them."""
+    for line in lines[1:]:
+        text = line.strip()
+        if text.startswith(("fatal: [", "failed: [")):
+            return True
+        if text.startswith(_HEADERS):
+            return False
+    return False
+
+
 def first_error_line(stdout: str) -> str:
     """The first error ansible-playbook printed outside a task (syntax, undefined variable, bad pattern)."""
     lines = stdout.splitlines()
     for index, line in enumerate(lines):
         text = line.strip()
+        if text.startswith("[ERROR]:") and _a_tasks_failure(lines[index:]):
+            continue
         if text.startswith(("[ERROR]:", "ERROR!")):
             message = text.split(":", 1)[1].strip() if text.startswith("[ERROR]:") else text[len("ERROR!") :].strip()
             origin = next((x.strip() for x in lines[index + 1 : index + 4] if x.strip().startswith("Origin:")), "")

@@ -132,8 +132,14 @@ def family(sub: Any, name: str, text: str, examples: Iterable[str], dest: str) -
     return p.add_subparsers(dest=dest, metavar="ACTION", parser_class=Parser)
 
 
+def inventory_path(text: str) -> str:
+    """An inventory as the operator named it, made absolute from the current directory: every command (and the
+    ansible-runner it starts, which runs Ansible in another directory) then means the same file."""
+    return os.path.abspath(os.path.expanduser(text)) if text else text
+
+
 def inventory_flag(p: argparse.ArgumentParser, text: str = "the cluster's inventory (default: $MEGAPROV_INVENTORY or the config file's)") -> None:
-    p.add_argument("-i", "--inventory", help=text)
+    p.add_argument("-i", "--inventory", type=inventory_path, help=text)
 
 
 def config_file() -> Path:
@@ -147,7 +153,7 @@ def default_inventory() -> tuple[str, str] | None:
 
     env = os.environ.get("MEGAPROV_INVENTORY", "")
     if env:
-        return env, "MEGAPROV_INVENTORY"
+        return inventory_path(env), "MEGAPROV_INVENTORY"
     path = config_file()
     if not path.exists():
         return None
@@ -170,11 +176,12 @@ def default_inventory() -> tuple[str, str] | None:
 
 def need_inventory(args: argparse.Namespace, why: str = "") -> str:
     """The inventory of a command that needs one: -i, the deprecated positional form, or the default."""
-    positional = getattr(args, "inventory_positional", None)
-    if positional:
+    given = getattr(args, "inventory_positional", None)
+    if given:
+        positional = inventory_path(given)
         if args.inventory and args.inventory != positional:
-            raise UsageError(f"two inventories: {positional} and -i {args.inventory}", "give one, as -i INVENTORY")
-        note(f"`megaprov {args.command_path} INVENTORY` is deprecated and goes in the next release: write -i {positional}")
+            raise UsageError(f"two inventories: {given} and -i {args.inventory}", "give one, as -i INVENTORY")
+        note(f"`megaprov {args.command_path} INVENTORY` is deprecated and goes in the next release: write -i {given}")
         args.inventory = positional
     if not args.inventory:
         found = default_inventory()

@@ -37,4 +37,9 @@ def command_output(
         if any(f.unreachable for f in result.failures):
             raise HostsUnreachable(f"{command}: {role} {host} is unreachable: {why}", "check that it runs and answers SSH")
         raise RunFailed(f"{command}: {doing} on {host}: {why}", f"see {result.artifacts}/stdout")
+    if not result.results:  # the play matched no host (rc 0): an answer from nobody is not an empty answer
+        raise HostsUnreachable(
+            f"{command}: {role} {host} returned nothing: the play reached no host",
+            f"check that {host} is a host of {inventory} as Ansible reads it (ansible-inventory -i {inventory} --graph)",
+        )
     return "".join(str(t.res.get("stdout", "")) for t in result.results)[:limit]

@@ -116,7 +116,8 @@ def test_invalid_yaml_reports_the_line(tmp_path):
 
 
 def test_templated_values_are_left_to_ansible(tmp_path):
-    load(write(tmp_path, GOOD, {"all.yml": "megaprov_gpus_per_node: '{{ gpus }}'\n"}))
+    # a role's own setting, which megaprov neither reads nor types (megaprov_* settings must be literal: issue 35)
+    load(write(tmp_path, GOOD, {"all.yml": "preflight_min_cpus: '{{ cpus }}'\n"}))
 
 
 def test_missing_and_yaml_inventories(tmp_path):

@@ -23,7 +23,7 @@ from typing import Any
 from megaprov import paths
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import runner
-from megaprov.errors import RunFailed, UsageError
+from megaprov.errors import HostsUnreachable, RunFailed, UsageError
 from megaprov.ops.doctor import parsers, signatures
 from megaprov.ops.doctor.findings import Finding, Report, finding
 from megaprov.output import SHOWN, Reporter
@@ -526,11 +526,30 @@ def examine(req: Request) -> Report:
     rounds = pair_rounds(gpu_hosts) if req.level == "deep" else []
     result = _run(req, hosts, {"level": req.level, "pairs": rounds, "drain": {}})
     readings = _readings(result, hosts)
+    reached(readings, found.path)
     pairs = _pair_results(result)
     report = judge(readings, facts, pairs)
     counters = {r.node: counters_of(r.probe) for r in readings if r.probe}
     _write_json(counters_file(inventory), {**facts.previous_counters, **counters})
     return report
+
+
+NOT_READ = "the doctor play returned nothing from this node (not matched by the play, or not reached)"
+
+
+def reached(readings: list[NodeReading], inventory: Path) -> None:
+    """A node the play returned nothing for was not checked: it is no healthy node. Every node of every level runs the
+    probe, so a reading without it and without an unreachable failure is a node the play never reached (a relative
+    inventory Ansible read from another directory matched no host, and doctor said "nothing wrong"). None reached at
+    all: one error, exit 4; some: each is NODE_UNREACHABLE."""
+    silent = [r for r in readings if r.probe is None and not r.unreachable]
+    if readings and len(silent) == len(readings):
+        raise HostsUnreachable(
+            f"doctor: the play reached none of the {len(readings)} node(s) of {inventory}",
+            f"check that Ansible reads the inventory: ansible-inventory -i {inventory} --graph",
+        )
+    for r in silent:
+        r.unreachable = NOT_READ
 
 
 PROBE_ACTIONS = (
