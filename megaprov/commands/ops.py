@@ -44,6 +44,9 @@ def register(sub: Any) -> None:
             "megaprov doctor --name gpt-lab                    # a job's logs, with its plan",
         ],
     )
+    from megaprov.ops.doctor.findings import LOG_BOUNDS
+
+    doctor.epilog = f"{doctor.epilog}\n\nlogs (--log, --name): {LOG_BOUNDS}"
     inventory_flag(doctor, "check this cluster's nodes (with --name: the cluster the job ran on, to find it)")
     doctor.add_argument(
         "--level", choices=("passive", "quick", "deep"), default="passive", help="passive (seconds, default), quick (a minute), deep (minutes)"

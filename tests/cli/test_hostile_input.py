@@ -519,7 +519,9 @@ def hostile_job(tmp_path, log="", state="stopped", **files):
     return inventory(tmp_path, extra=f"[all:vars]\nmegaprov_controller_shared_dir={shared}\n"), local
 
 
-LOG = "".join(f"iteration 1 {s}\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB {s}\n" for s in HOSTILE)
+# doctor shows the first line of a finding as its evidence: that one carries the markup and an escape up front.
+FIRST = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB [/] [link=https://evil.example]click[/link] \x1b]52;c;ZXZpbA==\x07\n"
+LOG = FIRST + "".join(f"iteration 1 {s}\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB {s}\n" for s in HOSTILE)
 
 
 @pytest.mark.parametrize(
@@ -536,7 +538,9 @@ def test_hostile_log_lines_reach_no_terminal_raw(capsys, tmp_path, argv):
     code, out, err = run(capsys, *argv, "-i", inv)
     assert code in (ExitCode.OK, ExitCode.VERDICT_FAILED, ExitCode.RUN_FAILED), err
     clean(out), clean(err)
-    assert "[/]" in out and "[link=https://evil.example]" in out and "\\x1b]52;c;ZXZpbA==" in out
+    # A log line shows its control characters escaped; doctor's evidence (findings.clip) turns them into spaces.
+    escape = " ]52;c;ZXZpbA==" if argv[0] == "doctor" else "\\x1b]52;c;ZXZpbA=="
+    assert "[/]" in out and "[link=https://evil.example]" in out and escape in out
 
 
 def test_doctor_on_a_hostile_log_file_prints_its_markup_as_text(capsys, tmp_path):
@@ -634,6 +638,8 @@ def test_doctor_reports_a_hostile_log_and_reads_the_others(capsys, tmp_path):
     assert code != ExitCode.INTERNAL, err
     found = {(f["code"], f["node"]) for f in json.loads(out)["result"]["findings"]}
     assert ("CUDA_OOM", "n2") in found
+    refused = sorted(f["source"].rsplit("/", 1)[-1] for f in json.loads(out)["result"]["findings"] if f["code"] == "JOB_FILE_REFUSED")
+    assert refused == ["gpu-n1.csv", "n1.log"] and ("JOB_FILE_REFUSED", "n1") in found, refused
 
 
 def test_one_job_without_its_spec_does_not_hide_the_others(capsys, tmp_path):

@@ -39,7 +39,8 @@ def owners(directory: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_metrics_state_and_report_are_written_as_the_owner_of_the_job_directory(job_dir, monkeypatch):
-    (job_dir / "job.json").write_text(json.dumps({"state": "running"}))
+    recorded = {"name": "j1", "shared_dir": "/shared", "job_dir": "/shared/jobs/j1", "checkpoint_dir": "/shared/checkpoints/j1"}
+    (job_dir / "job.json").write_text(json.dumps({**recorded, "hosts": ["node1"], "state": "running"}))
     os.chown(job_dir / "job.json", UID, GID)
     job = jobs.Job("j1", Path("/inv"), ["node1"], "/shared", "/shared/jobs/j1", job_dir, "/shared/checkpoints/j1", "u.service")
     log = follow.JobLog(128)

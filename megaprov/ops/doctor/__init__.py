@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
-from megaprov import untrusted
+from megaprov import untrusted, values
 from megaprov.errors import UsageError
 from megaprov.ops.doctor import signatures
 from megaprov.ops.doctor.findings import Finding, Report, finding
@@ -35,11 +35,17 @@ def diagnose_job(name: str, inventory: str | None) -> Report:
 
     job = jobs.find(name, inventory)
     root = untrusted.job_root(job.local_dir)
-    logs = untrusted.files(job.local_dir / "logs", root, suffix=".log")
+    listed = untrusted.entries(job.local_dir / "logs", root)
+    named = [job.local_dir / "logs" / n for n in listed if n.endswith(".log") or (n.startswith("gpu-") and n.endswith(".csv"))]
+    logs = [p for p in named if p.suffix == ".log" and listed[p.name] == "file"]
     if not logs:
         raise UsageError(f"job {job.name} has no node logs yet in {job.local_dir / 'logs'}", "wait for the job to start, or give --log FILE")
     context = job_context(job.local_dir)
     report = Report(checked=[str(p) for p in logs])
+    # A log or a GPU sample file that is a link, a FIFO or a directory is not read, and said so: its node was not checked.
+    for path in named[: 2 * MAX_LOG_FILES]:
+        if listed[path.name] != "file":
+            report.add(unreadable(path, untrusted.BadEntry(path, "is not a regular file (a link, a FIFO or a directory)", "")))
     found = []
     for path in logs[:MAX_LOG_FILES]:
         try:
@@ -66,15 +72,20 @@ def job_context(job_dir: Path) -> dict[str, Any]:
     """What the OOM advice needs from a job directory: the planner's memory estimate and the single layout changes
     that bring it to 80 % of that estimate (the estimate was too low: the job ran out of memory). Best effort: a job
     directory without a readable spec or plan gives the generic advice."""
-    from megaprov.training import jobmeta, launch, planner
+    from megaprov.training import launch, planner
 
     try:
-        meta = jobmeta.load(job_dir / "job.json", job_dir.name).raw
-        spec, _ = launch.read(str(job_dir / "spec.yml"), untrusted.job_root(job_dir))
-        gpu = planner.gpu_named(str(meta.get("gpu", "")))
+        # Only the three fields the estimate needs, each typed (the rest of job.json is no concern of the advice).
+        meta = untrusted.read_json(job_dir / "job.json", "job file", values.MAX_FILE_BYTES, untrusted.job_root(job_dir))
+        if not isinstance(meta, dict):
+            return {}
+        nodes = values.bounded_int(meta.get("nodes"), "nodes", 1, values.MAX_HOSTS)
+        per_node = values.bounded_int(meta.get("gpus_per_node"), "gpus_per_node", 1, 64)
+        gpu = planner.gpu_named(values.model_name(meta.get("gpu", ""), "gpu"))
         if gpu is None or gpu.memory_gib <= 0:
             return {}
-        cluster = planner.Cluster(int(meta["nodes"]), int(meta["gpus_per_node"]), gpu)
+        spec, _ = launch.read(str(job_dir / "spec.yml"), untrusted.job_root(job_dir))
+        cluster = planner.Cluster(nodes, per_node, gpu)
         estimate = planner.memory(spec, planner.Layout.of(spec), cluster).total / planner.GIB
     except (OSError, ValueError, KeyError, TypeError, UsageError):
         return {}

@@ -14,6 +14,20 @@ SEVERITIES = ("error", "warn", "info")
 MAX_EVIDENCE = 400  # characters of one evidence line
 
 
+# What one log read by doctor costs at most (signatures.py holds the scan that keeps to it).
+MAX_LOG_BYTES = 256 * 1024 * 1024  # one log file read: its last 256 MiB
+MAX_LINE = 4096  # characters of a line looked at
+# The bound per log, for `megaprov doctor --help`; the bounds in signatures make it hold: besides one chunk and its lines, the
+# scan keeps at most MAX_FINDINGS findings (and their keys: a line each), 2 x MAX_POINTS points and MAX_NODES node
+# names of at most 255 characters. tests/unit/test_doctor_bounded.py measures it on the worst logs it knows.
+LOG_MEMORY = 64 * 1024 * 1024
+LOG_BOUNDS = (
+    f"doctor reads each log once, as a stream (at most its last {MAX_LOG_BYTES >> 20} MiB, lines cut at {MAX_LINE:,}"
+    f" characters), in time linear in the bytes read and in under {LOG_MEMORY >> 20} MiB of memory per log, however long"
+    " the log."
+)
+
+
 @dataclass(frozen=True)
 class Code:
     code: str
@@ -235,6 +249,16 @@ CODES: dict[str, Code] = _codes(
         "the node shows no NVIDIA GPU (the lab, or megaprov_gpu_expected: false)",
         "the probe's nvidia-smi lookup",
         "nothing to do on a CPU node",
+    ),
+    Code(
+        "JOB_FILE_REFUSED",
+        "warn",
+        "job",
+        "job file not read",
+        "a node log or GPU sample file of the job is a link, a FIFO, a directory or larger than its bound: the cluster user"
+        " (or a job) can write there, so megaprov does not follow or block on it, and that node's log was not checked",
+        "the file and what it is",
+        "remove it or replace it with the regular file the job writes (ls -l on the shared directory), then run doctor again",
     ),
     Code(
         "KERNEL_LOG_UNREADABLE",

@@ -102,7 +102,11 @@ class IbPort:
 
 _CA = re.compile(r"^CA '(?P<ca>[^']+)'")
 _PORT = re.compile(r"^\s+Port (?P<port>\d+):")
-_KEY = re.compile(r"^\s+(?P<key>[A-Za-z ]+):\s*(?P<value>.*)$")
+# A key starts with a letter: ``\s+`` and the key's spaces never share a character (a line of spaces would be tried
+# at every split otherwise)
+_KEY = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*):\s*(?P<value>.*)$")
+_NUMBER = re.compile(r"([\d.]+)")
+_OFFSET = re.compile(r"(?<![\d.])([\d.]+) seconds (fast|slow)")  # from the start of a number: a search tries once per number
 
 
 def ibstat(text: str) -> list[IbPort]:
@@ -138,7 +142,7 @@ def ibstat(text: str) -> list[IbPort]:
 
 
 def _rate(text: str) -> float | None:
-    m = re.match(r"([\d.]+)", text.strip())
+    m = _NUMBER.match(text.strip())
     return float(m.group(1)) if m else None
 
 
@@ -276,7 +280,7 @@ def chronyc_tracking(text: str) -> Chrony:
             fields[key.strip()] = value.strip()
     leap = fields.get("Leap status", "")
     offset = None
-    m = re.match(r"([\d.]+) seconds (fast|slow)", fields.get("System time", ""))
+    m = _OFFSET.match(fields.get("System time", ""))
     if m:
         offset = float(m.group(1)) * (1 if m.group(2) == "fast" else -1)
     synced = None if not leap else leap != "Not synchronised"

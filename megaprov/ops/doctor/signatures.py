@@ -4,33 +4,44 @@
 Linux kernel and the NVIDIA driver print (the format each comes from is named at its rule; the corpus under
 tests/doctor_corpus/ holds logs produced for real on the lab and logs built from those formats). Whole-log analyses
 then look at the Megatron iteration lines (nan, a rising loss, falling throughput), the timers (data loading) and the
-NCCL version lines of every rank. Pure: no I/O; ``read_log`` is the one reader, bounded."""
+NCCL version lines of every rank. ``scan`` is pure; ``scan_file`` streams a file through ``megaprov.untrusted``.
+
+Any job can print anything into its log, so each log has a stated bound (LOG_BOUNDS): at most its last MAX_LOG_BYTES
+are read, as a stream; a line is cut to MAX_LINE characters; every regex does work linear in the line (gaps between
+the fixed parts of a message are bounded); and what the scan keeps does not grow with the log (findings, thinned
+series, nodes), so its time is linear in the bytes read and its memory is bounded."""
 
 from __future__ import annotations
 
+import codecs
 import math
+import os
 import re
 import statistics
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Generic, TypeVar
 
+from megaprov import untrusted, values
 from megaprov.errors import UsageError
-from megaprov.ops.doctor.findings import XID_ACTION_FIX, Finding, finding
+from megaprov.ops.doctor.findings import MAX_LINE, MAX_LOG_BYTES, XID_ACTION_FIX, Finding, finding
 from megaprov.training.follow import Iteration, parse_iteration
 from megaprov.training.verdict import mann_kendall, theil_sen
 
-MAX_LOG_BYTES = 256 * 1024 * 1024  # one log file read: its last 256 MiB
-MAX_LINE = 4096  # characters of a line looked at
 MAX_PER_CODE = 20  # findings of one code per node and file (a flood of one error says it once per place)
+MAX_FINDINGS = 1000  # findings of one log (a flood of errors on as many made-up nodes)
+MAX_POINTS = 512  # points of a series an analysis keeps (iterations, timers): a longer one is thinned evenly
+MAX_NODES = untrusted.MAX_ENTRIES  # nodes whose NCCL version one log can name
+READ_CHUNK = 256 * 1024  # bytes read and decoded at a time
 
-# A line's node, where the line names it: journal lines ("2026-12-02T10:00:00+0000 node1 kernel: ..."), NCCL's
-# "host:pid:tid [dev] NCCL ..." prefix, and megaprov's own "megaprov: node X" lines.
-_JOURNAL_HOST = re.compile(r"^(?:\d{4}-\d\d-\d\dT\S+|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]+) \S+?(?:\[\d+\])?: ")
+# A line's node, where the line names it (a host name: at most 255 characters): journal lines ("2026-12-02T10:00:00+0000
+# node1 kernel: ..."), NCCL's "host:pid:tid [dev] NCCL ..." prefix, and megaprov's own "megaprov: node X" lines.
+_JOURNAL_HOST = re.compile(r"^(?:\d{4}-\d\d-\d\dT\S+|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d) (?P<host>[\w.-]{1,255}) \S+?(?:\[\d+\])?: ")
 # NCCL src/debug.cc: "host:pid:tid [dev] NCCL INFO ...", "host:pid:tid [dev] file:line (func) NCCL WARN ..."
-_NCCL_HOST = re.compile(r"^(?:\[[^\]]*\]:?\s*)?(?:\d+: )?(?P<host>[A-Za-z][\w.-]*):\d+:\d+ \[\d+\] (?:\S+:\d+ (?:\([^)]*\) )?)?NCCL ")
-_MEGAPROV_NODE = re.compile(r"^megaprov: node (?P<host>\S+) \(node rank \d+\)")
+_NCCL_HOST = re.compile(r"^(?:\[[^\]]*\]:?\s*)?(?:\d+: )?(?P<host>[A-Za-z][\w.-]{0,254}):\d+:\d+ \[\d+\] (?:\S+:\d+ (?:\([^)]*\) )?)?NCCL ")
+_MEGAPROV_NODE = re.compile(r"^megaprov: node (?P<host>\S{1,255}) \(node rank \d+\)")
 
 
 @dataclass
@@ -42,16 +53,37 @@ class Context:
     job: dict[str, Any] = field(default_factory=dict)  # the job's plan where known (memory estimate, layout)
 
 
+_NOCASE = int(re.IGNORECASE)  # an int: a flag enum's & costs more than the substring tests
+
+
 @dataclass(frozen=True)
 class Rule:
     code: str
     pattern: re.Pattern[str]
     explain: Callable[[re.Match[str], Context], tuple[str, str]] | None = None  # (cause, fix) for this match
     severity: Callable[[re.Match[str]], str] | None = None
+    # Fixed text every match holds one of (in lower case where the pattern ignores case): a line without any is not
+    # searched, a substring test being far cheaper than a search that fails
+    needs: tuple[str, ...] = ()
+
+    def search(self, line: str, lowered: str) -> re.Match[str] | None:
+        """The rule's match in ``line`` (``lowered``: the line in lower case if it is ASCII, else empty)."""
+        if self.needs:
+            text = line
+            if self.pattern.flags & _NOCASE:
+                if not lowered:  # case folding beyond ASCII: the pattern decides
+                    return self.pattern.search(line)
+                text = lowered
+            for need in self.needs:
+                if need in text:
+                    break
+            else:
+                return None
+        return self.pattern.search(line)
 
 
 def _gib(text: str) -> float | None:
-    m = re.match(r"([\d.]+) ?([KMGT]?)i?B", text)
+    m = _SIZE.match(text)
     if not m:
         return None
     return float(m.group(1)) * {"": 1 / 2**30, "K": 1 / 2**20, "M": 1 / 2**10, "G": 1.0, "T": 1024.0}[m.group(2)]
@@ -165,7 +197,12 @@ def _xid_severity(m: re.Match[str]) -> str:
     return xids.lookup(int(m["xid"])).severity
 
 
-# The line rules. Each names the program and message its fixed text comes from.
+# The line rules. Each names the program and message its fixed text comes from. A line is the job's to write, so no
+# pattern may try far from many places (``.*X`` after a fixed text that repeats, a class that both sides of a gap
+# share): a gap between two fixed parts of a message is bounded ({0,256}, far more than any message puts there), a gap
+# after a bracket stops at the next one, a run that a gap could also take is possessive (``\d++``), and a line without
+# the rule's fixed text (``needs``) is not searched. tests/unit/test_doctor_bounded.py holds each pattern's work on a
+# long line to a multiple of its work on a short one.
 RULES: tuple[Rule, ...] = (
     # torch c10/cuda/CUDACachingAllocator.cpp: "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free."
     Rule(
@@ -175,48 +212,53 @@ RULES: tuple[Rule, ...] = (
             r"(?:\. GPU (?P<gpu>\d+) has a total capacity of (?P<total>[\d.]+ [KMGT]?i?B) of which (?P<free>[\d.]+ [KMGT]?i?B) is free)?"
         ),
         _oom,
+        needs=("CUDA out of memory",),
     ),
     # torch c10d ProcessGroupNCCL.cpp, the watchdog: "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=%d, OpType=%s, ...
     # Timeout(ms)=%d) ran for %d milliseconds before timing out."
     Rule(
         "NCCL_TIMEOUT",
         re.compile(
-            r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\].*?Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
-            r".*?Timeout\(ms\)=(?P<timeout>\d+)\) ran for (?P<ran>\d+) milliseconds before timing out"
+            r"\[(?:PG [^\[\]]{0,256}?)?Rank (?P<rank>\d++)\][^\[]{0,256}?Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+),"
+            r" OpType=(?P<op>\w++).{0,256}?Timeout\(ms\)=(?P<timeout>\d+)\) ran for (?P<ran>\d+) milliseconds before timing out"
         ),
         _watchdog,
+        needs=("Watchdog caught collective operation timeout",),
     ),
     # NCCL src/init.cc / ncclGetErrorString: "unhandled system error (run with NCCL_DEBUG=INFO for details)"
-    Rule("NCCL_SYSTEM_ERROR", re.compile(r"unhandled system error"), _system_error),
+    Rule("NCCL_SYSTEM_ERROR", re.compile(r"unhandled system error"), _system_error, needs=("unhandled system error",)),
     # NCCL bootstrap and NET/Socket interface lines naming the loopback interface; gloo's full-mesh connect to 127.x;
     # NCCL's socket connect errors to a 127.x address.
     Rule(
         "NCCL_LOOPBACK",
         re.compile(
             r"(?:NCCL INFO (?:Bootstrap ?: Using|NET/Socket ?: Using \[\d+\])\s*lo:127\.)"
-            r"|(?:connectFullMesh failed.*remote=\[127\.)"
+            r"|(?:connectFullMesh failed.{0,256}?remote=\[127\.)"
             r"|(?:(?:Connect|connect) to (?:127\.\d+\.\d+\.\d+|\[?::1\]?)<\d+> failed)"
         ),
+        needs=("NCCL INFO ", "connectFullMesh failed", "onnect to "),
     ),
     # NCCL src/transport/net_ib/p2p.cc: "NET/IB: Got completion from peer %s with status=%s(%d) opcode=%s(%d) vendor_err=%u %s%s%s%s hca %s"
     # (2.2x: "with status=%d opcode=%d len=%u vendor err %u"; older releases: "with error %d, opcode %d, len %d, vendor err %d")
     Rule(
         "IB_COMPLETION_ERROR",
         re.compile(
-            r"NET/IB ?: Got completion from peer (?P<peer>\S+?) with (?:error |status=)(?:\w+\()?(?P<status>\d+)(?:.*?\bhca (?P<hca>[\w.-]+))?"
+            r"NET/IB ?: Got completion from peer (?P<peer>\S+?) with (?:error |status=)(?:\w+\()?(?P<status>\d+)(?:.{0,256}?\bhca (?P<hca>[\w.-]+))?"
         ),
         _ib_completion,
+        needs=("Got completion from peer",),
     ),
     # torch c10d socket.cpp: "The server socket has failed to listen on any local network address. ... port: %d, useIpv6: %d, code: %d,
     # name: EADDRINUSE, message: address already in use"; "[W socket.cpp] ... (errno: 98 - Address already in use)"
     Rule(
         "RDZV_PORT_IN_USE",
         re.compile(
-            r"(?:port: (?P<port>\d+).*?EADDRINUSE)|"
+            r"(?:port: (?P<port>\d++).{0,256}?EADDRINUSE)|"
             r"(?::(?P<port2>\d+) \(errno: 98 - Address already in use\))|"
-            r"(?:EADDRINUSE|[Aa]ddress already in use)(?:.*?port:? (?P<port3>\d+))?"
+            r"(?:EADDRINUSE|[Aa]ddress already in use)(?:.{0,256}?port:? (?P<port3>\d+))?"
         ),
         _port_in_use,
+        needs=("EADDRINUSE", "ddress already in use"),
     ),
     # torch c10d TCPStore: "Timed out after %d seconds waiting for clients. %d/%d clients joined."; torch elastic: RendezvousTimeoutError
     Rule(
@@ -229,6 +271,7 @@ RULES: tuple[Rule, ...] = (
             re.IGNORECASE,
         ),
         _rdzv_timeout,
+        needs=("clients joined", "rendezvous"),
     ),
     # gloo (transport/tcp/pair.cc: "Connection closed by peer", "Connection reset by peer"), c10d's "Broken pipe" on a store socket
     Rule(
@@ -238,9 +281,10 @@ RULES: tuple[Rule, ...] = (
             r"Connection reset by peer|"
             r"recv\(\): Connection reset|"
             r"Broken pipe|"
-            r"DistNetworkError: .*(?:reset|closed)|"
+            r"DistNetworkError: .{0,256}?(?:reset|closed)|"
             r"Socket Timeout"
         ),
+        needs=("Connection ", "Broken pipe", "DistNetworkError: ", "Socket Timeout"),
     ),
     # megatron-core datasets/indexed_dataset.py (IndexedDataset.initialize): "One or both of the .idx and .bin files cannot be found at
     # the path prefix %s"; an open() of a missing .idx/.bin
@@ -250,8 +294,9 @@ RULES: tuple[Rule, ...] = (
             r"(?:One or both of the \.idx and \.bin files cannot be found at the path prefix (?P<prefix>\S+))|"
             r"(?:No such file or directory: '(?P<path>[^']+\.(?:idx|bin))')|"
             r"(?:dataset prefix \S+ (?:does not exist|not found))|"
-            r"(?:\S+\.(?:idx|bin) (?:does not exist|not found))"
+            r"(?:(?<=\S)\.(?:idx|bin) (?:does not exist|not found))"
         ),
+        needs=("One or both of the .idx", "No such file or directory: '", "does not exist", "not found"),
     ),
     # torch's embedding on CPU: "IndexError: index out of range in self"; on CUDA the indexSelect assertion; the trainer's vocabulary check
     Rule(
@@ -262,15 +307,22 @@ RULES: tuple[Rule, ...] = (
             r"token ids? .{0,60}(?:exceed|outside|larger than) .{0,40}vocab",
             re.IGNORECASE,
         ),
+        needs=("index out of range in self", "srcindex < srcselectdimsize", "vocab"),
     ),
     # Linux mm/oom_kill.c: "Out of memory: Killed process %d (%s) total-vm:..." (also "Memory cgroup out of memory: Killed process")
-    Rule("RANK_OOM_KILLED", re.compile(r"[Oo]ut of memory: Killed process (?P<pid>\d+) \((?P<comm>[^)]*)\)"), _oom_killer),
+    Rule(
+        "RANK_OOM_KILLED",
+        re.compile(r"[Oo]ut of memory: Killed process (?P<pid>\d+) \((?P<comm>[^)]{0,64})\)"),
+        _oom_killer,
+        needs=("ut of memory: Killed process",),
+    ),
     # megaprov's own line in a job's node log (megaprov/training/render.py): "megaprov: node %s (node rank %d): torchrun exited with %d
     # at %s"; 128 + a signal: 134 SIGABRT, 135 SIGBUS, 137 SIGKILL, 139 SIGSEGV (143, SIGTERM, and 130, SIGINT, are stops)
     Rule(
         "RANK_KILLED",
-        re.compile(r"^megaprov: node (?P<host>\S+) \(node rank \d+\): torchrun exited with (?P<rc>13[457]|139) at"),
+        re.compile(r"^megaprov: node (?P<host>\S{1,255}) \(node rank \d+\): torchrun exited with (?P<rc>13[457]|139) at"),
         _torchrun_signal,
+        needs=("torchrun exited with",),
     ),
     # torch.distributed.elastic: "failed (exitcode: %d) local_rank: %d (pid: %d) of binary: ..." and the ChildFailedError
     # summary's "Signal %d (%s) received by PID %d"
@@ -281,12 +333,19 @@ RULES: tuple[Rule, ...] = (
             r"(?:failed \(exitcode: (?P<exitcode>-\d+)\) local_rank: (?P<lrank>\d+)(?: \(pid: (?P<pid2>\d+)\))?)"
         ),
         _killed,
+        needs=("received by PID", "failed (exitcode: "),
     ),
     # NVIDIA driver (open-gpu-kernel-modules, nvErrorLog): "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..."
     # (MIG-attributed errors name the GPU instance too: "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...")
-    Rule("GPU_XID", re.compile(r"NVRM: Xid \((?P<pci>PCI:[0-9a-fA-F:.]+)(?: GPU-I:\w+)?\): (?P<xid>\d+)(?:, ?(?P<text>.*))?"), _xid, _xid_severity),
+    Rule(
+        "GPU_XID",
+        re.compile(r"NVRM: Xid \((?P<pci>PCI:[0-9a-fA-F:.]+)(?: GPU-I:\w+)?\): (?P<xid>\d+)(?:, ?(?P<text>.*))?"),
+        _xid,
+        _xid_severity,
+        needs=("NVRM: Xid (",),
+    ),
     # CUDA runtime: cudaErrorECCUncorrectable's string
-    Rule("GPU_ECC", re.compile(r"uncorrectable ECC error encountered")),
+    Rule("GPU_ECC", re.compile(r"uncorrectable ECC error encountered"), needs=("uncorrectable ECC error encountered",)),
 )
 
 # NCCL's init line (src/init.cc VERSION_STRING, as INFO or at NCCL_DEBUG=VERSION/WARN alone); not "compiled with NCCL version"
@@ -294,6 +353,11 @@ _NCCL_VERSION = re.compile(r"(?<!with )NCCL version (?P<version>\d+\.\d+\.\d+)")
 _TIMER = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?(?P<name>[a-z][\w-]*(?: [\w-]+)*) \.{3,}: \(?(?P<min>[\d.]+)(?:, (?P<max>[\d.]+)\))?")
 _TORCHRUN = re.compile(r"^megaprov: node \S+ \(node rank \d+\): torchrun (?:starting|exited with (?P<rc>-?\d+)) at ")
 _LAST_ERROR = re.compile(r"Last error:\s*(?P<text>\S.*)?$")
+_LOOPBACK = re.compile(r"127\.\d+\.\d+\.\d+")
+_LOOPBACK_WORD = re.compile(r"\b127\.\d+\.\d+\.\d+\b")
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
+_PEER_ADDRESS = re.compile(r"(?:to|from|peer) \[?([\w.:]+?)\]?<(\d+)>")
+_SIZE = re.compile(r"(?<![\d.])([\d.]+) ?([KMGT]?)i?B")  # from the start of a number: a search tries once per number
 
 
 def node_of(line: str) -> str:
@@ -304,27 +368,95 @@ def node_of(line: str) -> str:
     return ""
 
 
+T = TypeVar("T")
+
+
+class _Thinned(Generic[T]):
+    """A series of any length in at most ``cap`` points, evenly spaced, and its last item: every ``stride``-th item
+    from the first, the stride doubling (every other point dropped) whenever the points would pass ``cap``. Thinned
+    as the items come, so the whole series is never held; a series of up to ``cap`` items is kept whole."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.points: list[T] = []
+        self.stride = 1
+        self.count = 0
+        self.last: list[T] = []
+
+    def add(self, item: T) -> None:
+        if self.count % self.stride == 0:
+            self.points.append(item)
+            if len(self.points) > self.cap:
+                del self.points[1::2]
+                self.stride *= 2
+        self.count += 1
+        self.last[:] = [item]
+
+    def values(self) -> list[T]:
+        kept = (self.count - 1) % self.stride == 0  # the last item is a point
+        return self.points + ([] if kept else self.last)
+
+
+_TIMED = ("batch-generator", "forward-backward")  # the timers an analysis reads
+
+
 @dataclass
 class _Scan:
+    """What a scan keeps of a log while it reads it: nothing here grows with the log's length (LOG_MEMORY)."""
+
     ctx: Context
     found: list[Finding] = field(default_factory=list)
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     seen: set[tuple[str, str, str]] = field(default_factory=set)
-    iterations: list[tuple[int, Iteration]] = field(default_factory=list)  # (line number, iteration)
-    nccl_versions: dict[str, tuple[int, str]] = field(default_factory=dict)  # host -> (line, version)
-    timers: dict[str, list[float]] = field(default_factory=dict)
+    series: _Thinned[tuple[int, Iteration]] = field(default_factory=lambda: _Thinned(MAX_POINTS))  # (line number, iteration)
+    before_bad: deque[Iteration] = field(default_factory=lambda: deque(maxlen=5))  # the iterations before the first non-finite loss
+    bad: tuple[int, Iteration, list[Iteration]] | None = None  # that iteration: its line, it, the ones before it
+    high_norm: float | None = None  # the largest grad norm (a spike is never thinned away)
+    nccl_versions: dict[str, tuple[int, str]] = field(default_factory=dict)  # host -> (line, version), MAX_NODES hosts
+    timers: dict[str, _Thinned[float]] = field(default_factory=dict)
     timer_line: int = 0
-    clean_exits: list[int] = field(default_factory=list)  # megaprov's "torchrun exited with 0" lines
-    starts: list[int] = field(default_factory=list)  # megaprov's "torchrun starting" lines
+    unsettled: list[Finding] = field(default_factory=list)  # PEER_LOST findings no torchrun line has come after yet
+    quiet: list[Finding] = field(default_factory=list)  # PEER_LOST findings a clean exit came after (torchrun)
 
-    def add(self, code: str, node: str, number: int, evidence: str, cause: str = "", fix: str = "", severity: str = "", key: str = "") -> None:
+    def add(
+        self,
+        code: str,
+        node: str,
+        number: int,
+        evidence: str,
+        cause: str = "",
+        fix: str = "",
+        severity: str = "",
+        key: str = "",
+        whole_log: bool = False,
+    ) -> None:
         where = (code, node)
         dedup = (code, node, key or evidence)
-        if dedup in self.seen or self.counts.get(where, 0) >= MAX_PER_CODE:
+        if dedup in self.seen or self.counts.get(where, 0) >= MAX_PER_CODE or (len(self.found) >= MAX_FINDINGS and not whole_log):
             return
         self.seen.add(dedup)
         self.counts[where] = self.counts.get(where, 0) + 1
         self.found.append(finding(code, node, evidence, cause, fix, severity, source=self.ctx.source, line=number))
+
+    def iteration(self, number: int, it: Iteration) -> None:
+        if self.bad is not None:  # past a non-finite loss the analyses say only that
+            return
+        if (it.loss is not None and not math.isfinite(it.loss)) or it.nan > 0:
+            self.bad = (number, it, list(self.before_bad))
+            return
+        self.before_bad.append(it)
+        self.series.add((number, it))
+        if it.grad_norm is not None and (self.high_norm is None or it.grad_norm > self.high_norm):
+            self.high_norm = it.grad_norm
+
+    def torchrun(self, rc: str | None) -> None:
+        """A lost connection that the node's torchrun then exited 0 after (no restart between) did not fail the node: at
+        the end of a job the rendezvous host's agent shuts its store down and the other agents' last read finds it
+        closed."""
+        if rc == "0":
+            self.quiet += self.unsettled
+        if rc in ("0", None):
+            self.unsettled.clear()
 
 
 def _dedup_key(rule: Rule, m: re.Match[str]) -> str:
@@ -357,6 +489,11 @@ def _dedup_key(rule: Rule, m: re.Match[str]) -> str:
 
 def scan(lines: Iterable[str], ctx: Context) -> list[Finding]:
     """Findings in a log. Pure."""
+    return _findings(_scanned(lines, ctx))
+
+
+def _scanned(lines: Iterable[str], ctx: Context) -> _Scan:
+    """The lines read once, into what the whole-log analyses need."""
     state = _Scan(ctx)
     pending_last_error: Finding | None = None
     header_at = 0  # the line of a bare "Last error:" (torch prints NCCL's last error on the next line)
@@ -375,50 +512,49 @@ def scan(lines: Iterable[str], ctx: Context) -> list[Finding]:
                 continue
         started = _TORCHRUN.match(line)
         if started:
-            (state.clean_exits if started["rc"] == "0" else state.starts if started["rc"] is None else []).append(number)
+            state.torchrun(started["rc"])
         it = parse_iteration(line)
         if it is not None:
-            state.iterations.append((number, it))
+            state.iteration(number, it)
             continue
-        m = _NCCL_VERSION.search(line)
+        m = _NCCL_VERSION.search(line) if "NCCL version " in line else None
         if m:
-            state.nccl_versions.setdefault(node or f"line {number}", (number, m["version"]))
-        t = _TIMER.match(line)
+            host = node or f"line {number}"
+            if host not in state.nccl_versions and len(state.nccl_versions) < MAX_NODES:
+                state.nccl_versions[host] = (number, m["version"])
+        t = _TIMER.match(line) if "...: " in line else None
         if t:
-            state.timers.setdefault(t["name"], []).append(float(t["max"] or t["min"]))
+            if t["name"] in _TIMED:
+                state.timers.setdefault(t["name"], _Thinned(MAX_POINTS)).add(float(t["max"] or t["min"]))
             state.timer_line = state.timer_line or number
+        lowered = line.lower() if line.isascii() else ""
         for rule in RULES:
-            match = rule.pattern.search(line)
+            match = rule.search(line, lowered)
             if not match:
                 continue
             cause, fix = rule.explain(match, ctx) if rule.explain else ("", "")
             severity = rule.severity(match) if rule.severity else ""
             before = len(state.found)
             state.add(rule.code, node, number, line, cause, fix, severity, _dedup_key(rule, match))
-            if rule.code == "NCCL_SYSTEM_ERROR" and len(state.found) > before:
-                pending_last_error = state.found[-1]
+            if len(state.found) > before:
+                if rule.code == "NCCL_SYSTEM_ERROR":
+                    pending_last_error = state.found[-1]
+                elif rule.code == "PEER_LOST":
+                    state.unsettled.append(state.found[-1])
             break  # one line, one signature: the first rule that matches is the most specific
         if "Last error:" in line and pending_last_error is None:
             m2 = _LAST_ERROR.search(line)
-            if m2 and m2["text"] and re.search(r"127\.\d+\.\d+\.\d+", m2["text"]):
+            if m2 and m2["text"] and _LOOPBACK.search(m2["text"]):
                 state.add("NCCL_LOOPBACK", node, number, line)
+    return state
+
+
+def _findings(state: _Scan) -> list[Finding]:
     _nccl_versions(state)
     _iterations(state)
     _timers(state)
-    return explained(_before_clean_exit(state))
-
-
-def _before_clean_exit(state: _Scan) -> list[Finding]:
-    """A lost connection that the node's torchrun then exited 0 after (no restart between) did not fail the node: at the end
-    of a job the rendezvous host's agent shuts its store down and the other agents' last read finds it closed."""
-    out = []
-    for f in state.found:
-        if f.code == "PEER_LOST":
-            after = [n for n in state.clean_exits if n > f.line]
-            if after and not [n for n in state.starts if f.line < n < after[0]]:
-                continue
-        out.append(f)
-    return out
+    quiet = {id(f) for f in state.quiet}
+    return explained([f for f in state.found if id(f) not in quiet])
 
 
 def explained(found: list[Finding]) -> list[Finding]:
@@ -432,20 +568,20 @@ def explained(found: list[Finding]) -> list[Finding]:
 
 
 def _strip_rank(line: str) -> str:
-    return re.sub(r"^\[rank\d+\]:\s*", "", line.strip())
+    return _RANK_PREFIX.sub("", line.strip())
 
 
 def _refine_system_error(state: _Scan, found: Finding, detail: str, number: int) -> None:
     """NCCL's system error named with its 'Last error': a loopback address is NCCL_LOOPBACK."""
     index = state.found.index(found)
     evidence = f"{found.evidence} | Last error: {detail}"
-    if re.search(r"\b127\.\d+\.\d+\.\d+\b", detail):
+    if _LOOPBACK_WORD.search(detail):
         if any(f.code == "NCCL_LOOPBACK" and f.node == found.node for f in state.found):
             del state.found[index]  # the loopback finding already stands for it
         else:
             state.found[index] = finding("NCCL_LOOPBACK", found.node, evidence, source=found.source, line=found.line)
         return
-    address = re.search(r"(?:to|from|peer) \[?([\w.:]+?)\]?<(\d+)>", detail)
+    address = _PEER_ADDRESS.search(detail)
     cause = f"NCCL failed a socket or device call: {detail[:200]}"
     fix = (
         f"check that every node reaches {address.group(1)} on the cluster interface (NCCL_SOCKET_IFNAME, infiniband_socket_interface)"
@@ -468,26 +604,20 @@ def _nccl_versions(state: _Scan) -> None:
         by[0][1][0],
         evidence,
         f"the ranks loaded {len(versions)} NCCL releases ({', '.join(sorted(versions))}): their collectives are not compatible",
+        whole_log=True,
     )
 
 
-def _line_of(state: _Scan, it: Iteration) -> int:
-    return next((n for n, x in state.iterations if x is it), 0)
-
-
 def _iterations(state: _Scan) -> None:
-    series = [it for _, it in state.iterations]
-    if not series:
-        return
-    bad = [it for it in series if (it.loss is not None and not math.isfinite(it.loss)) or it.nan > 0]
-    if bad:
-        first = bad[0]
+    if state.bad is not None:
+        number, first, before = state.bad
         lr = f" at learning rate {first.lr:g}" if first.lr is not None else ""
-        norms = [f"{it.grad_norm:.3g}" for it in series[: series.index(first)][-5:] if it.grad_norm is not None]
+        norms = [f"{it.grad_norm:.3g}" for it in before if it.grad_norm is not None]
         cause = f"the loss is not finite from iteration {first.iteration}{lr}" + (f"; grad norm before it: {', '.join(norms)}" if norms else "")
-        state.add("LOSS_NAN", state.ctx.node, _line_of(state, first), _describe(first), cause)
+        state.add("LOSS_NAN", state.ctx.node, number, _describe(first), cause, whole_log=True)
         return
-    losses = [(it.iteration, it.loss) for it in series if it.loss is not None]
+    series = state.series.values()  # thinned past MAX_POINTS iterations, as the verdict's loss check is
+    losses = [(number, it) for number, it in series if it.loss is not None]
     if len(losses) >= 12:
         _diverging(state, series, losses)
     _throughput(state, series)
@@ -509,47 +639,47 @@ def _describe(it: Iteration) -> str:
     return ", ".join(parts)
 
 
-def _diverging(state: _Scan, series: list[Iteration], losses: list[tuple[int, float]]) -> None:
-    values = [float(v) for _, v in losses]
-    low_at = min(range(len(values)), key=values.__getitem__)
-    tail = values[low_at:]
+def _diverging(state: _Scan, series: list[tuple[int, Iteration]], losses: list[tuple[int, Iteration]]) -> None:
+    ys = [float(it.loss or 0.0) for _, it in losses]
+    low_at = min(range(len(ys)), key=ys.__getitem__)
+    tail = ys[low_at:]
     if len(tail) < 6:
         return
-    z, _ = mann_kendall(tail)
+    z, _ = mann_kendall(tail)  # O(n^2) in time, and Theil-Sen in memory: at most MAX_POINTS + 1 points
     slope = theil_sen([float(i) for i in range(len(tail))], tail)
-    rise = tail[-1] - values[low_at]
+    rise = tail[-1] - ys[low_at]
     # rising after the minimum: a significant upward trend that took back at least a tenth of the drop so far
-    drop = max(values[0] - values[low_at], 1e-9)
-    if z >= 1.645 and slope > 0 and rise >= 0.1 * drop and rise >= 0.02 * values[low_at]:
-        low, last = [it for it in series if it.loss is not None][low_at], [it for it in series if it.loss is not None][-1]
-        norms = [it.grad_norm for it in series if it.grad_norm is not None]
+    drop = max(ys[0] - ys[low_at], 1e-9)
+    if z >= 1.645 and slope > 0 and rise >= 0.1 * drop and rise >= 0.02 * ys[low_at]:
+        low, (line, last) = losses[low_at][1], losses[-1]
+        norms = [it.grad_norm for _, it in series if it.grad_norm is not None]
         spikes = ""
         if len(norms) >= 6:
             median = statistics.median(norms)
-            high = max(norms)
+            high = state.high_norm if state.high_norm is not None else max(norms)
             if median > 0 and high > 5 * median:
                 spikes = f"; grad norm peaked at {high:.3g} against a median of {median:.3g}"
         cause = (
             f"the loss fell to {low.loss:.4g} at iteration {low.iteration} and rose to {last.loss:.4g} by iteration {last.iteration}"
             f" (Mann-Kendall z={z:.2f}){spikes}: the learning rate is too high for this batch, or the warm-up too short"
         )
-        state.add("LOSS_DIVERGING", state.ctx.node, _line_of(state, last), f"{_describe(low)} -> {_describe(last)}", cause)
+        state.add("LOSS_DIVERGING", state.ctx.node, line, f"{_describe(low)} -> {_describe(last)}", cause, whole_log=True)
 
 
 THROUGHPUT_DROP = 0.7  # the last quarter's median rate under 70 % of the first quarter's
 
 
-def _throughput(state: _Scan, series: list[Iteration]) -> None:
-    timed = [it for it in series if it.ms_per_iteration]
-    attempts = {it.attempt for it in timed}
+def _throughput(state: _Scan, series: list[tuple[int, Iteration]]) -> None:
+    timed = [(number, it) for number, it in series if it.ms_per_iteration]
+    attempts = {it.attempt for _, it in timed}
     if len(timed) < 8 or len(attempts) > 1:
         return
     timed = timed[1:]  # the first logged interval carries start-up
     quarter = max(2, len(timed) // 4)
-    head = statistics.median(float(it.ms_per_iteration or 0) for it in timed[:quarter])
-    tail = statistics.median(float(it.ms_per_iteration or 0) for it in timed[-quarter:])
+    head = statistics.median(float(it.ms_per_iteration or 0) for _, it in timed[:quarter])
+    tail = statistics.median(float(it.ms_per_iteration or 0) for _, it in timed[-quarter:])
     if head > 0 and head / tail < THROUGHPUT_DROP:
-        first, last = timed[0], timed[-1]
+        first, (line, last) = timed[0][1], timed[-1]
         tf = ""
         if first.tflops_per_gpu and last.tflops_per_gpu:
             tf = f", TFLOP/s/GPU {first.tflops_per_gpu:.4g} -> {last.tflops_per_gpu:.4g}"
@@ -557,7 +687,7 @@ def _throughput(state: _Scan, series: list[Iteration]) -> None:
             f"time per iteration grew from a median of {head:.4g} ms to {tail:.4g} ms ({head / tail:.0%} of the early rate){tf}:"
             " data loading falling behind, a slow or throttling node, or a degraded link"
         )
-        state.add("THROUGHPUT_FALLING", state.ctx.node, _line_of(state, last), f"{_describe(first)} -> {_describe(last)}", cause)
+        state.add("THROUGHPUT_FALLING", state.ctx.node, line, f"{_describe(first)} -> {_describe(last)}", cause, whole_log=True)
 
 
 DATALOADER_SHARE = 0.25  # batch-generator above a quarter of forward-backward
@@ -568,7 +698,7 @@ def _timers(state: _Scan) -> None:
     fwd = state.timers.get("forward-backward")
     if not batch or not fwd:
         return
-    b, f = statistics.median(batch), statistics.median(fwd)
+    b, f = statistics.median(batch.values()), statistics.median(fwd.values())
     if f > 0 and b / f > DATALOADER_SHARE:
         cause = f"the batch generator takes {b:.4g} ms of the {f:.4g} ms forward-backward ({b / f:.0%}): the ranks wait for data"
         state.add(
@@ -577,6 +707,7 @@ def _timers(state: _Scan) -> None:
             state.timer_line,
             f"batch-generator {b:.4g} ms, forward-backward {f:.4g} ms (median max across ranks)",
             cause,
+            whole_log=True,
         )
 
 
@@ -594,25 +725,94 @@ def gpu_utilisation(rows: list[dict[str, float]], node: str, source: str) -> lis
     return [finding("THROUGHPUT_FALLING", node, f"nvidia-smi utilization.gpu: mean {head:.0f} % early, {tail:.0f} % late", cause, source=source)]
 
 
-def read_log(path: Path) -> list[str]:
-    """A log file's lines, its last MAX_LOG_BYTES; an unreadable or missing file is the user's to fix."""
+_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")  # the characters str.splitlines ends a line at
+
+
+def _open(path: Path, root: Path | None) -> IO[bytes]:
+    """A log through megaprov's one reader of untrusted files: a regular file, opened without blocking (a FIFO) and,
+    below ``root``, without following a link. A file the operator named (``root=None``) that cannot be read is
+    doctor's own one-line error naming ``--log``; a job's log is its BadEntry, for the caller to report that log."""
     try:
-        with path.open("rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - MAX_LOG_BYTES))
-            data = handle.read()
-    except FileNotFoundError:
-        raise UsageError(f"--log {path}: no such file", "give the path of a job log, node log or saved dmesg/journal output") from None
-    except IsADirectoryError:
-        raise UsageError(f"--log {path}: is a directory", "give log files (a job's logs are jobs/NAME/logs/NODE.log)") from None
-    except OSError as exc:
-        raise UsageError(f"--log {path}: cannot be read ({exc.strerror})", "check the path and its permissions") from None
-    if b"\0" in data[:4096]:
-        raise UsageError(f"--log {path}: is not a text file", "give a log file (journalctl -k > kernel.log saves a kernel log)")
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    return lines[1:] if size > MAX_LOG_BYTES else lines  # a cut first line is not a line
+        return untrusted.open_binary(path, root)
+    except untrusted.BadEntry as exc:
+        if root is not None:
+            raise
+        raise _named(path, exc) from None
 
 
-def scan_file(path: Path, node: str = "", job: dict[str, Any] | None = None) -> list[Finding]:
-    return scan(read_log(path), Context(str(path), node, job or {}))
+def _named(path: Path, exc: untrusted.BadEntry) -> UsageError:
+    name = f"--log {values.printable(str(path))}"
+    if isinstance(exc, untrusted.Missing):
+        return UsageError(f"{name}: no such file", "give the path of a job log, node log or saved dmesg/journal output")
+    if exc.problem.endswith("(it is a directory)"):
+        return UsageError(f"{name}: is a directory", "give log files (a job's logs are jobs/NAME/logs/NODE.log)")
+    if exc.problem.startswith("is not a regular file"):
+        return UsageError(f"{name}: {exc.problem}", "give a regular log file (save a stream first: journalctl -k > kernel.log)")
+    return UsageError(f"{name}: {exc.problem}", "check the path and its permissions")
+
+
+def _not_text(path: Path, root: Path | None) -> UsageError:
+    if root is not None:
+        return untrusted.BadEntry(path, "is not a text file")
+    return UsageError(f"--log {values.printable(str(path))}: is not a text file", "give a log file (journalctl -k > kernel.log saves a kernel log)")
+
+
+def _texts(handle: IO[bytes], path: Path, root: Path | None) -> Iterator[str]:
+    """The rest of an open log, decoded READ_CHUNK bytes at a time; never more than MAX_LOG_BYTES in all, even from a
+    file that grows while it is read."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    left = MAX_LOG_BYTES
+    while left > 0:
+        data = handle.read(min(READ_CHUNK, left))
+        if not data:
+            break
+        if left == MAX_LOG_BYTES and b"\0" in data[:4096]:
+            raise _not_text(path, root)
+        left -= len(data)
+        yield decoder.decode(data)
+    yield decoder.decode(b"", final=True)
+
+
+def _lines(texts: Iterable[str]) -> Iterator[str]:
+    """The lines of a stream of text, as ``str.splitlines`` would split it whole, each cut to MAX_LINE characters:
+    of a line without an end, only its first MAX_LINE characters are kept."""
+    pending = ""  # a line not ended yet (at most MAX_LINE characters of it)
+    after_cr = False  # the last text ended with "\r": a "\n" that starts the next ends the same line
+    for text in texts:
+        if after_cr and text:
+            text = text[1:] if text[0] == "\n" else text
+            after_cr = False
+        if not text:
+            continue
+        buffer = pending + text
+        lines = buffer.splitlines()
+        pending = "" if buffer[-1] in _BREAKS else lines.pop()[:MAX_LINE]
+        after_cr = buffer[-1] == "\r"
+        for line in lines:
+            yield line[:MAX_LINE]
+    if pending:
+        yield pending
+
+
+def _log_lines(handle: IO[bytes], path: Path, root: Path | None) -> Iterator[str]:
+    """The lines of an open log's last MAX_LOG_BYTES."""
+    start = max(0, os.fstat(handle.fileno()).st_size - MAX_LOG_BYTES)
+    if start:
+        handle.seek(start)
+    lines = _lines(_texts(handle, path, root))
+    if start:
+        next(lines, None)  # a cut first line is not a line
+    return lines
+
+
+def read_log(path: Path, *, root: Path | None = None) -> list[str]:
+    """A log file's lines (see scan_file); an unreadable or missing file given with --log is the user's to fix."""
+    with _open(path, root) as handle:
+        return list(_log_lines(handle, path, root))
+
+
+def scan_file(path: Path, node: str = "", job: dict[str, Any] | None = None, *, root: Path | None = None) -> list[Finding]:
+    """The findings in a log file, streamed: its last MAX_LOG_BYTES, read through megaprov.untrusted (below ``root``,
+    the job directory's root, for a job's log; ``None`` for a file the operator named with --log). LOG_BOUNDS."""
+    with _open(path, root) as handle:
+        return scan(_log_lines(handle, path, root), Context(str(path), node, job or {}))
