@@ -416,7 +416,7 @@ class _Scan:
     timers: dict[str, _Thinned[float]] = field(default_factory=dict)
     timer_line: int = 0
     unsettled: list[Finding] = field(default_factory=list)  # PEER_LOST findings no torchrun line has come after yet
-    quiet: list[Finding] = field(default_factory=list)  # PEER_LOST findings a clean exit came after (torchrun)
+    settled_clean: list[Finding] = field(default_factory=list)  # PEER_LOST findings a clean exit came after (torchrun)
 
     def add(
         self,
@@ -454,7 +454,7 @@ class _Scan:
         the end of a job the rendezvous host's agent shuts its store down and the other agents' last read finds it
         closed."""
         if rc == "0":
-            self.quiet += self.unsettled
+            self.settled_clean += self.unsettled
         if rc in ("0", None):
             self.unsettled.clear()
 
@@ -553,8 +553,8 @@ def _findings(state: _Scan) -> list[Finding]:
     _nccl_versions(state)
     _iterations(state)
     _timers(state)
-    quiet = {id(f) for f in state.quiet}
-    return explained([f for f in state.found if id(f) not in quiet])
+    settled = {id(f) for f in state.settled_clean}
+    return explained([f for f in state.found if id(f) not in settled])
 
 
 def explained(found: list[Finding]) -> list[Finding]:
