@@ -462,7 +462,7 @@ def test_a_download_has_one_deadline_and_a_size_bound(tmp_path, monkeypatch, beh
         began = time.monotonic()
         with pytest.raises(EnvironmentProblem) as exc:
             bundle._fetch(url, tmp_path / "k.deb", 4096)
-        assert time.monotonic() - began < 2.5
+        assert time.monotonic() - began < 3.5  # the trickles last 4 s: a per-read timeout would still be reading
         line = one_line(exc.value)
         assert url.rsplit("/", 1)[0] in line and needle in line
         assert not (tmp_path / "k.deb").exists()

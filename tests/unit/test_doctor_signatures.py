@@ -97,11 +97,33 @@ def test_time_per_iteration_growing_is_falling_throughput():
     assert codes(_series([10 - 0.1 * i for i in range(20)], ms=ms)) == ["THROUGHPUT_FALLING"]
 
 
+START = "megaprov: node node1 (node rank 0): torchrun starting at 2026-12-02T10:00:00.000Z"
+
+
 def test_a_restarted_job_is_not_judged_on_throughput_across_attempts():
-    # two attempts in one log: the follower's attempt numbering is not in a plain log, so a log with a restart
-    # (iteration numbers going back) is judged per its rate only where the rate fell within a run
-    ms = [100.0] * 20
-    assert codes(_series([10 - 0.1 * i for i in range(20)], ms=ms)) == []
+    # Two attempts in one log, each steady, the second on a slower set of nodes: no fall within either run. The doctor
+    # of issue 36 compared the first attempt's head with the second's tail and called it THROUGHPUT_FALLING.
+    losses = [10 - 0.1 * i for i in range(20)]
+    first, second = _series(losses, ms=[100.0] * 20), _series(losses, ms=[180.0] * 20)
+    resumed = [line for line in second if int(line.split("iteration")[1].split("/")[0]) > 100]  # resumed at 100
+    assert codes([START, *first, START, *resumed]) == []
+    assert codes([*first, *resumed]) == []  # without megaprov's lines: the iteration number going back says it
+    assert codes([*first, *second]) == []
+
+
+def test_a_fall_within_the_latest_attempt_is_still_found():
+    losses = [10 - 0.1 * i for i in range(20)]
+    falling = _series(losses, ms=[100.0] * 10 + [100.0 + 15 * i for i in range(1, 11)])
+    assert codes([START, *_series(losses), START, *falling]) == ["THROUGHPUT_FALLING"]
+    # a slow first attempt and a fast second one: nothing fell in the run that counts
+    assert codes([START, *falling, START, *_series(losses)]) == []
+
+
+def test_iterations_carry_their_attempt():
+    # a torchrun start after iterations, then (no megaprov line) the iteration number going back: attempts 0, 1, 2
+    lines = [START, *_series([5.0] * 3), START, *_series([5.0] * 3)[1:], *_series([5.0] * 2)]
+    state = signatures._scanned(lines, signatures.Context("t.log"))
+    assert [(it.iteration, it.attempt) for _, it in state.series.values()] == [(10, 0), (20, 0), (30, 0), (20, 1), (30, 1), (10, 2), (20, 2)]
 
 
 def test_nccl_versions_that_differ_between_ranks():

@@ -415,6 +415,8 @@ class _Scan:
     nccl_versions: dict[str, tuple[int, str]] = field(default_factory=dict)  # host -> (line, version), MAX_NODES hosts
     timers: dict[str, _Thinned[float]] = field(default_factory=dict)
     timer_line: int = 0
+    attempt: int = 0  # which run of the job this part of the log is: a restart begins the next (see iteration)
+    latest: int | None = None  # the iteration number last logged, None from the start of an attempt
     unsettled: list[Finding] = field(default_factory=list)  # PEER_LOST findings no torchrun line has come after yet
     settled_clean: list[Finding] = field(default_factory=list)  # PEER_LOST findings a clean exit came after (torchrun)
 
@@ -439,6 +441,12 @@ class _Scan:
         self.found.append(finding(code, node, evidence, cause, fix, severity, source=self.ctx.source, line=number))
 
     def iteration(self, number: int, it: Iteration) -> None:
+        # A restart begins a new attempt: torchrun started again after iterations were logged (megaprov's node line),
+        # or, in a log without those lines, the iteration number went back (a resume from an earlier checkpoint).
+        if self.latest is not None and it.iteration <= self.latest:
+            self.attempt += 1
+        self.latest = it.iteration
+        it.attempt = self.attempt
         if self.bad is not None:  # past a non-finite loss the analyses say only that
             return
         if (it.loss is not None and not math.isfinite(it.loss)) or it.nan > 0:
@@ -453,6 +461,9 @@ class _Scan:
         """A lost connection that the node's torchrun then exited 0 after (no restart between) did not fail the node: at
         the end of a job the rendezvous host's agent shuts its store down and the other agents' last read finds it
         closed."""
+        if rc is None and self.latest is not None:  # torchrun starting again after iterations: the next attempt
+            self.attempt += 1
+            self.latest = None
         if rc == "0":
             self.settled_clean += self.unsettled
         if rc in ("0", None):
@@ -670,9 +681,11 @@ THROUGHPUT_DROP = 0.7  # the last quarter's median rate under 70 % of the first 
 
 
 def _throughput(state: _Scan, series: list[tuple[int, Iteration]]) -> None:
-    timed = [(number, it) for number, it in series if it.ms_per_iteration]
-    attempts = {it.attempt for _, it in timed}
-    if len(timed) < 8 or len(attempts) > 1:
+    """Time per iteration growing within one attempt, the latest: an attempt on other nodes, or after a node was left
+    out, has its own rate, and comparing across them would call a restart a fall."""
+    latest = series[-1][1].attempt if series else 0
+    timed = [(number, it) for number, it in series if it.ms_per_iteration and it.attempt == latest]
+    if len(timed) < 8:
         return
     timed = timed[1:]  # the first logged interval carries start-up
     quarter = max(2, len(timed) // 4)
