@@ -11,6 +11,17 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("MEGAPROV_STATE", str(ROOT / ".megaprov" / "state"))
 
 
+# ansible-core's module_utils replace sys.intern with a callable object when first imported (so that its tagged str
+# subclasses may be interned). That is right in a module's own process, and wrong in this one: torch's dynamo, imported
+# later by another test module, registers a substitute for sys.intern and refuses anything but a function, so the data
+# tests failed to import after tests/unit/test_slurm.py. The builtin is put back after every in-process Ansible import.
+_INTERN = sys.intern
+
+
+def restore_intern() -> None:
+    sys.intern = _INTERN
+
+
 def load_module(path: Path, name: str):
     """Import an Ansible module file (the collection's plugins/modules/*.py) to test its pure functions."""
     # Its __name__ is the dotted path from the repository root (ansible_collections.megaprov.cluster.plugins.modules.nccl_check): the name the
@@ -20,8 +31,20 @@ def load_module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(qualified, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = sys.modules[qualified] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        restore_intern()
     return module
+
+
+def pytest_collectstart(collector):
+    # a test module that imports ansible itself (not through load_module) patches it at collection: undone before the next
+    restore_intern()
+
+
+def pytest_runtest_setup(item):
+    restore_intern()
 
 
 @pytest.fixture(scope="session")

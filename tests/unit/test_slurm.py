@@ -162,3 +162,14 @@ def test_slurm_times_in_seconds():
 
     cases = {"90": 5400, "10:30": 630, "4:00:00": 14400, "2-00:00:00": 172800, "1-12": 129600, "1-2:30": 95400, "0-0:5:7": 307}
     assert {t: slurm_seconds(t) for t in cases} == cases
+
+
+def test_loading_an_ansible_module_in_process_leaves_sys_intern_a_builtin():
+    """ansible-core's module_utils patch sys.intern with a callable object; torch's dynamo (imported by the data tests
+    after this file) refuses anything but a function there, and the data tests failed to import after this file."""
+    import inspect
+    import sys
+
+    load_module(MODULES / "slurm_check.py", "slurm_check_loaded_again")
+    assert inspect.isbuiltin(sys.intern), sys.intern
+    assert sys.intern("megaprov") == "megaprov"
