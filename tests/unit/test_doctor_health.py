@@ -324,3 +324,30 @@ def test_a_slow_rdma_pair_is_named_with_its_device_and_peer():
     found = one(probe(), ib_bw=res)
     assert codes(found) == ["IB_BANDWIDTH_LOW"] and "(mlx5_0) to 10.0.0.12" in found[0].evidence and "180.2 Gb/s" in found[0].evidence
     assert one(probe(), ib_bw={"gbps": 390.0, "invocation": {"module_args": {}}}) == []
+
+
+def test_only_error_findings_on_gpu_nodes_drain_and_their_codes_are_the_reason(tmp_path):
+    from megaprov.cluster import inventory as inv
+    from megaprov.ops.doctor.findings import Report, finding
+
+    path = tmp_path / "inventory.ini"
+    path.write_text("[head]\nhead1\n\n[gpu_nodes]\ngpu1\ngpu2\ngpu3\n")
+    hosts, groups, group_vars, _ = inv.parse_ini(path.read_text(), str(path))
+    found = inv.Inventory(path, hosts, groups, group_vars)
+    report = Report()
+    report.add(
+        finding("GPU_XID", "gpu1", "Xid 79"),
+        finding("GPU_COUNT", "gpu1", "7 of 8"),
+        finding("GPU_XID", "gpu1", "Xid 79 again"),  # one code once in the reason
+        finding("GPU_ROW_REMAP_PENDING", "gpu2"),  # a warning: the node works, it is not drained
+        finding("GPU_CHECKS_SKIPPED", "gpu3"),  # a note
+        finding("GPU_COUNT", "head1", "0 of 1"),  # an error on the head: not a Slurm compute node
+        finding("GPU_COUNT", "", "no node"),
+    )
+    assert {f.severity for f in report.findings} == {"error", "warn", "info"}
+    assert health.drain_plan(found, report) == {"gpu1": "megaprov doctor: GPU_COUNT,GPU_XID"}
+    many = Report()
+    many.add(*(finding("GPU_COUNT", "gpu2", severity="error", evidence=str(i)) for i in range(3)))
+    many.findings += [finding(code, "gpu3", severity="error") for code in sorted(CODES)]
+    plan = health.drain_plan(found, many)
+    assert plan["gpu2"] == "megaprov doctor: GPU_COUNT" and len(plan["gpu3"]) == health.DRAIN_REASON_MAX

@@ -86,8 +86,10 @@ def test_noise_around_a_plateau_is_not_divergence():
     assert codes(_series(losses)) == []
 
 
-def test_nan_loss_names_the_first_iteration():
-    lines = _series([9.0, 8.0, float("nan"), float("nan")])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+def test_a_non_finite_loss_names_the_first_iteration(bad):
+    # bf16 and fp16 runs print an overflowed loss as inf, not nan: both are the same failure
+    lines = _series([9.0, 8.0, bad, bad])
     found = signatures.scan(lines, signatures.Context("t.log"))
     assert [f.code for f in found] == ["LOSS_NAN"] and "iteration 30" in found[0].cause and found[0].line == 3
 

@@ -626,18 +626,26 @@ def _pair_results(result: runner.RunResult) -> list[tuple[list[str], float | Non
     return out
 
 
+DRAIN_REASON_MAX = 120  # characters of the reason given to scontrol
+
+
+def drain_plan(found: inv.Inventory, report: Report) -> dict[str, str]:
+    """Node -> Slurm drain reason: the GPU nodes of the inventory with error findings, their codes as the reason. A
+    warning or a note never drains a node, nor does a finding on a host that is not a GPU node (the head). Pure."""
+    reasons: dict[str, set[str]] = {}
+    gpu_nodes = set(found.hosts_of("gpu_nodes"))
+    for f in report.findings:
+        if f.severity == "error" and f.node in gpu_nodes:
+            reasons.setdefault(f.node, set()).add(f.code)
+    return {node: ("megaprov doctor: " + ",".join(sorted(codes)))[:DRAIN_REASON_MAX] for node, codes in sorted(reasons.items())}
+
+
 def drain(req: Request, report: Report) -> dict[str, str]:
     """Drain in Slurm the nodes with error findings (reason: their codes); where the Slurm stage is up."""
     found = inv.load(req.inventory, paths.roles_dir(), paths.cluster_defaults())
     if str(found.host_var(found.head, "megaprov_scheduler", "none")) != "slurm":
         raise UsageError("--drain needs Slurm: megaprov_scheduler is not slurm in the inventory", "drop --drain, or set up the scheduler stage")
-    reasons: dict[str, list[str]] = {}
-    for f in report.findings:
-        if f.severity == "error" and f.node in found.hosts and f.node in found.hosts_of("gpu_nodes"):
-            reasons.setdefault(f.node, [])
-            if f.code not in reasons[f.node]:
-                reasons[f.node].append(f.code)
-    todo = {node: ("megaprov doctor: " + ",".join(sorted(codes)))[:120] for node, codes in reasons.items()}
+    todo = drain_plan(found, report)
     if not todo:
         return {}
     controller = (found.hosts_of("slurm_controller") + found.hosts_of("head"))[0]
