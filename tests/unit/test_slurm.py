@@ -49,6 +49,28 @@ def test_a_controller_that_does_not_answer_says_nothing_about_the_job():
     assert found.state == "UNKNOWN" and found.alive and "Socket timed out" in found.reason
 
 
+# squeue(1), JOB STATE CODES (Slurm 22.05 to 24.11): every state a job can be in
+SLURM_STATES = (
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "CONFIGURING", "COMPLETING", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PENDING",
+    "PREEMPTED", "RUNNING", "RESV_DEL_HOLD", "REQUEUE_FED", "REQUEUE_HOLD", "REQUEUED", "RESIZING", "REVOKED", "SIGNALING", "SPECIAL_EXIT",
+    "STAGE_OUT", "STOPPED", "SUSPENDED", "TIMEOUT",
+)  # fmt: skip
+OVER = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "TIMEOUT"}
+
+
+@pytest.mark.parametrize("state", SLURM_STATES)
+def test_every_slurm_state_is_either_over_or_alive(state):
+    found = slurm.parse_state("38", RUNNING.replace("JobState=RUNNING", f"JobState={state}") + "\n--- pending\n")
+    assert found.state == state
+    assert found.alive == (state not in OVER), state
+    assert (state in slurm.ENDED) == (state in OVER) and (state in slurm.ALIVE) != (state in OVER)
+
+
+def test_a_cancelled_job_is_over_whoever_cancelled_it():
+    found = slurm.parse_state("38", RUNNING.replace("JobState=RUNNING", "JobState=CANCELLED by 1000") + "\n--- pending\n")
+    assert found.state == "CANCELLED" and not found.alive
+
+
 def test_a_job_slurmctld_forgot_is_gone_and_not_alive():
     found = slurm.parse_state("15", "slurm_load_jobs error: Invalid job id specified\n--- pending\n")
     assert found.state == "GONE" and not found.alive
@@ -173,3 +195,39 @@ def test_loading_an_ansible_module_in_process_leaves_sys_intern_a_builtin():
     load_module(MODULES / "slurm_check.py", "slurm_check_loaded_again")
     assert inspect.isbuiltin(sys.intern), sys.intern
     assert sys.intern("megaprov") == "megaprov"
+
+
+def _slurm_job(tmp_path, **recorded):
+    local = tmp_path / "shared" / "jobs" / "j1"
+    (local / "launch").mkdir(parents=True)
+    meta = {"name": "j1", "shared_dir": "/shared", "job_dir": "/shared/jobs/j1", "checkpoint_dir": "/shared/checkpoints/j1"}
+    (local / "job.json").write_text(json.dumps({**meta, "hosts": ["node1", "node2"], "state": "running", **recorded}))
+    return SimpleNamespace(local_dir=local, name="j1", slurm_id="17")
+
+
+@pytest.mark.parametrize(
+    ("grace", "waited"),
+    [(None, 60), (0, 60), (59, 60), (60, 60), (61, 61), (900, 900), (6 * 3600 + 120, 6 * 3600 + 120), (10**7, 6 * 3600 + 120), ("900", 60)],
+)
+def test_job_stop_waits_the_rendered_grace_at_least_a_minute_and_at_most_six_hours(tmp_path, grace, waited):
+    """A minute is the least a rank needs to begin its save; six hours (and the two minutes Slurm's KillWait adds) the
+    most any checkpoint is waited for. A grace job.json does not hold as a number is the minimum, never an error."""
+    job = _slurm_job(tmp_path, **({} if grace is None else {"stop_grace_s": grace}))
+    assert slurm._grace(job) == waited
+
+
+def test_a_missing_job_file_waits_the_minimum(tmp_path):
+    job = _slurm_job(tmp_path)
+    (job.local_dir / "job.json").unlink()
+    assert slurm._grace(job) == 60
+
+
+def test_the_allocations_log_hosts_are_host_names_only(tmp_path):
+    job = _slurm_job(tmp_path)
+    nodes = job.local_dir / "launch" / "nodes"
+    nodes.write_text("node1\n  node2 \n../../etc/passwd\nnode3;rm\n\x1b]0;x\x07\n\nnode-4.cluster\n")
+    assert slurm.SlurmLauncher().log_hosts(job) == ["node1", "node2", "node-4.cluster"]
+    nodes.unlink()
+    assert slurm.SlurmLauncher().log_hosts(job) == []  # before any allocation
+    nodes.symlink_to("/etc/hostname")
+    assert slurm.SlurmLauncher().log_hosts(job) == []  # the cluster user's link is not followed

@@ -18,10 +18,14 @@ from megaprov.errors import UsageError
 from megaprov.output import SILENT, Reporter
 
 SLURM_ID = re.compile(r"^\d{1,12}$")
-ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+# Every job state squeue(1) lists (JOB STATE CODES, 24 of them) is in one of these: over, or not over. REVOKED is a
+# federated sibling withdrawn after another cluster started the job; STOPPED keeps its nodes (SIGSTOP), SPECIAL_EXIT
+# and RESV_DEL_HOLD are held jobs that an operator can release: none of those three is over.
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED")
 ALIVE = (
     "UNKNOWN",  # slurmctld did not answer (restarting, a timeout): not known to be over
     "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING",
+    "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD",
 )  # fmt: skip
 
 
