@@ -120,3 +120,17 @@ def test_the_node_log_is_written_by_the_job_user_not_by_systemd():
         body = [line for line in node.script.splitlines() if line and not line.startswith("#")]
         log = shlex.quote(render.node_log(out.job_dir, node.host))
         assert body[1] == f"exec >>{log} 2>&1  # as the job user (a root-squashed share refuses root)"
+
+
+def test_systemd_starts_a_node_script_at_most_once_more_than_the_restarts_the_spec_allows():
+    """StartLimitBurst counts starts within the interval, the first one included: max_restarts N is N + 1 starts. With
+    max_restarts 0 the one start is the limit (Restart=on-failure then stops at the limit, no restart), never 0, which
+    systemd reads as no limit at all."""
+    text = (ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text()
+    assert "max_restarts" not in text
+    for restarts in (0, 1, 3, 20):
+        spec = jobspec.parse(text.replace("launch:\n", f"launch:\n  max_restarts: {restarts}\n"))
+        assert spec.launch.max_restarts == restarts
+        unit = jobs.unit_text(spec, _job(), "node2", 1, "megaprov", lab=True).splitlines()
+        assert f"StartLimitBurst={restarts + 1}" in unit and f"StartLimitIntervalSec={jobs.START_LIMIT_INTERVAL}" in unit
+        assert "Restart=on-failure" in unit
