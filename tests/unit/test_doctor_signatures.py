@@ -199,3 +199,35 @@ def test_a_store_closed_at_the_end_of_a_job_that_exited_cleanly_is_no_peer_loss(
     assert codes(end) == []
     restarted = [end[0], end[1], end[2].replace("exited with 0", "exited with 1"), end[0], end[2]]
     assert codes(restarted) == ["PEER_LOST"]  # it failed that attempt: the job restarted
+
+
+XID_FORMS = [
+    # (kernel log line, (domain, bus, device) or None for no Xid line, xid)
+    ("NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.", ("0000", "18", "00"), 79),
+    ("NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 31, pid=1234, name=python, Ch 00000008, MMU Fault", ("0000", "3b", "00"), 31),
+    ("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid='<unknown>', name=<unknown>, Contained: CE User Channel", ("0000", "01", "00"), 94),
+    ("NVRM: Xid (PCI:0000:3b:00): 13, Graphics Engine Exception on (GPC 0, TPC 1)", ("0000", "3b", "00"), 13),
+    ("NVRM: Xid (0000:03:00): 14, Channel 00000001", ("0000", "03", "00"), 14),
+    ("[ 1234.567890] NVRM: Xid (PCI:0001:c1:00): 48, pid=99, name=python, An uncorrectable double bit error", ("0001", "c1", "00"), 48),
+    ("2026-12-02T10:00:00+0000 gpu7 kernel: NVRM: Xid (PCI:0000:18:00.0): 119, pid=1, name=x, Timeout", ("0000", "18", "00"), 119),
+    ("NVRM: Xid (PCI:0000:18:00): , no number", None, 0),
+    ("NVRM: Xid (PCI:zz:18:00): 79, not an address", None, 0),
+    ("NVRM: GPU at PCI:0000:18:00: GPU-1234", None, 0),
+]
+
+
+@pytest.mark.parametrize(("line", "address", "xid"), XID_FORMS, ids=[str(i) for i in range(len(XID_FORMS))])
+def test_doctor_and_the_node_collector_read_every_xid_form_alike(line, address, xid):
+    """doctor (a saved kernel log) and the node's metrics collector (the Xid alerts) read the same driver lines: the
+    MIG form and the oldest form (no "PCI:") included. doctor had missed both."""
+    from tests.conftest import ROOT, load_module
+
+    collector = load_module(ROOT / "ansible_collections/megaprov/cluster/roles/node_exporter/files/megaprov_gpu_metrics.py", "gpu_metrics_xid")
+    seen = collector.XID_LINE.search(line)
+    found = [f for f in signatures.scan([line], signatures.Context("kern.log")) if f.code == "GPU_XID"]
+    if address is None:
+        assert seen is None and found == []
+        return
+    assert seen is not None and (seen["domain"].lower(), seen["bus"].lower(), seen["device"].lower()) == address and int(seen["xid"]) == xid
+    assert len(found) == 1 and f"reported Xid {xid} " in found[0].cause
+    assert ":".join(address) in found[0].cause.lower()

@@ -335,11 +335,16 @@ RULES: tuple[Rule, ...] = (
         _killed,
         needs=("received by PID", "failed (exitcode: "),
     ),
-    # NVIDIA driver (open-gpu-kernel-modules, nvErrorLog): "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..."
-    # (MIG-attributed errors name the GPU instance too: "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...")
+    # NVIDIA driver (open-gpu-kernel-modules, nvErrorLog): "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..."; on a MIG GPU the
+    # instance follows inside the parenthesis ("NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 31, ..."), and the
+    # oldest drivers print no "PCI:" ("NVRM: Xid (0000:03:00): 14, ..."). The node collector (roles/node_exporter/files/
+    # megaprov_gpu_metrics.py, XID_LINE) reads the same three; a test keeps the two in agreement on every form.
     Rule(
         "GPU_XID",
-        re.compile(r"NVRM: Xid \((?P<pci>PCI:[0-9a-fA-F:.]+)(?: GPU-I:\w+)?\): (?P<xid>\d+)(?:, ?(?P<text>.*))?"),
+        re.compile(
+            r"NVRM: Xid \((?P<pci>(?:PCI:)?[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)(?: [^()]{0,64})?\):"
+            r" (?P<xid>[0-9]{1,5})(?![0-9])(?:, ?(?P<text>.*))?"
+        ),
         _xid,
         _xid_severity,
         needs=("NVRM: Xid (",),
