@@ -296,7 +296,20 @@ def test_a_bad_node_is_slow_in_both_its_pairs_and_a_bad_link_in_one():
     found = health.judge_pairs(results)
     assert [(f.code, f.node) for f in found] == [("NCCL_PAIR_SLOW", "d")]
     assert "c-d: 12.0 GB/s" in found[0].evidence
-    assert health.judge_pairs([(["a", "b"], 45.0), (["c", "d"], 44.0), (["b", "c"], 12.0), (["d", "a"], 45.0)]) == []  # only the b-c link
+    # only the b-c link: no node is blamed (none is drained), the link is said
+    link = health.judge_pairs([(["a", "b"], 45.0), (["c", "d"], 44.0), (["b", "c"], 12.0), (["d", "a"], 45.0)])
+    assert [(f.code, f.node, f.severity) for f in link] == [("NCCL_LINK_SLOW", "", "warn")]
+    assert link[0].evidence == "b-c: 12.0 GB/s against the median pair's 44.5 GB/s"
+
+
+def test_a_failed_pair_of_a_two_node_run_blames_neither_node_and_is_said():
+    """Two nodes make one pair: which of them is at fault cannot be told, so neither is drained, but the failure is
+    an error finding (it was dropped: a 2-node deep run with a dead link said nothing)."""
+    found = health.judge_pairs([(["a", "b"], None)])
+    assert [(f.code, f.node, f.severity, f.evidence) for f in found] == [("NCCL_LINK_SLOW", "", "error", "a-b: failed")]
+    assert health.judge_pairs([(["a", "b"], 45.0)]) == []  # one pair is its own median: never slow
+    bad_node = health.judge_pairs([(["a", "b"], 45.0), (["c", "d"], None), (["b", "c"], 44.0), (["d", "a"], 11.0)])
+    assert [(f.code, f.node) for f in bad_node] == [("NCCL_PAIR_SLOW", "d")]  # d explains both its pairs: no link finding
 
 
 def test_dcgm_and_nccl_results_become_findings():

@@ -433,6 +433,16 @@ CODES: dict[str, Code] = _codes(
         "drain the node (`megaprov doctor -i INV --drain`) and check its HCAs and cables",
     ),
     Code(
+        "NCCL_LINK_SLOW",
+        "warn",
+        "network",
+        "one pair of nodes is slow",
+        "pairwise all_reduce between two nodes was slow or failed while neither node slowed its other pairing: the path between"
+        " them (a cable, a switch port, routing); with two nodes in all, the one pair cannot say which node (error when it failed)",
+        "the pair's bus bandwidth against the median pair, or its failure",
+        "run `megaprov doctor -i INV --level deep` with a third node to isolate it; check both nodes' HCAs, cables and switch ports",
+    ),
+    Code(
         "IB_BANDWIDTH_LOW",
         "error",
         "network",

@@ -374,7 +374,8 @@ def pair_rounds(nodes: list[str]) -> list[list[list[str]]]:
 
 def judge_pairs(results: list[tuple[list[str], float | None]]) -> list[Finding]:
     """Nodes slow in every pair they were in (under PAIR_SLOW of the median pair), from (pair, peak bus bandwidth)
-    results; a pair that failed outright counts as slow. Pure."""
+    results; a pair that failed outright counts as slow. A slow pair that no slow node explains is the path between
+    its two nodes (NCCL_LINK_SLOW, on no node: neither is drained for it), an error where the pair failed. Pure."""
     measured = [bw for _, bw in results if bw]
     if not results:
         return []
@@ -387,6 +388,11 @@ def judge_pairs(results: list[tuple[list[str], float | None]]) -> list[Finding]:
         if len(mine) >= 2 and all(pair in slow_pairs for pair, _ in mine):
             text = "; ".join(f"{'-'.join(pair)}: {bw:.1f} GB/s" if bw else f"{'-'.join(pair)}: failed" for pair, bw in mine)
             out.append(finding("NCCL_PAIR_SLOW", node, f"{text} (median pair {median:.1f} GB/s)"))
+    blamed = {f.node for f in out}
+    for pair, bw in results:
+        if pair in slow_pairs and not blamed & set(pair):
+            said = f"{bw:.1f} GB/s against the median pair's {median:.1f} GB/s" if bw else "failed"
+            out.append(finding("NCCL_LINK_SLOW", "", f"{'-'.join(pair)}: {said}", severity="" if bw else "error"))
     return out
 
 
