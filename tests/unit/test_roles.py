@@ -94,6 +94,85 @@ def test_secrets_are_never_logged():
         assert task.get("no_log") is True, task["name"]
 
 
+COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
+# The cluster's secrets, as the roles name them. Files: the munge key (megaprov's copy and the installed one), the
+# cluster user's SSH private key, the accounting database's password file and slurmdbd.conf (which holds it).
+SECRET_FILE = re.compile(r"munge\.key|munge_cluster_key|id_ed25519(?!\.pub)|slurmdbd\.conf|__slurm_dbd_password_file")
+# Values: what a task registered from a secret file, and the munge credentials (a credential decodes once: a replay).
+SECRET_VALUE = re.compile(r"__munge_key\b|__ssh_mesh_keypair\.results\[0\]|__slurm_dbd_password\b(?!_file)|__munge_credential\b")
+WRITERS = ("ansible.builtin.copy", "ansible.builtin.template", "ansible.builtin.file", "megaprov.cluster.files")
+READERS = ("ansible.builtin.slurp", "ansible.builtin.command", "ansible.builtin.shell")
+# The proof module records a digest of the files it is given (never their bytes): a path to a secret there is no leak.
+DIGESTS = ("megaprov.cluster.proof",)
+
+
+def _all_tasks():
+    """(file, task) for every task of every role (tasks and handlers) and every playbook, blocks opened."""
+
+    def walk(node):
+        for task in node or []:
+            if not isinstance(task, dict):
+                continue
+            if any(k in task for k in ("block", "rescue", "always")):
+                for key in ("block", "rescue", "always"):
+                    yield from walk(task.get(key))
+            else:
+                yield task
+
+    for path in sorted([*COLLECTION.glob("roles/*/tasks/*.yml"), *COLLECTION.glob("roles/*/handlers/*.yml")]):
+        yield from ((path, t) for t in walk(yaml.safe_load(path.read_text())))
+    for path in sorted(COLLECTION.glob("playbooks/**/*.yml")):
+        for play in yaml.safe_load(path.read_text()) or []:
+            for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                yield from ((path, t) for t in walk(play.get(key) if isinstance(play, dict) else None))
+
+
+def _module(task):
+    return next((k for k in task if k.startswith(("ansible.", "megaprov.", "community.", "containers."))), "")
+
+
+def test_every_task_that_handles_a_secret_runs_without_logging_and_writes_it_for_its_owner_alone():
+    """A static check over all roles and playbooks: a task that uses a secret value, reads a secret file into a
+    variable or writes one runs with no_log: true; a secret file is written 0400 or 0600 (its directory 0700). A new
+    variable registered from a secret file must be named in SECRET_VALUE, or its users go unchecked: the test fails."""
+    handled, bad = set(), []
+    for path, task in _all_tasks():
+        name, module = task.get("name", "?"), _module(task)
+        args = task.get(module)
+        used = yaml.safe_dump({k: v for k, v in task.items() if k not in ("name", "when", "loop_control")})
+        where = f"{path.relative_to(COLLECTION)}: {name}"
+        if module in DIGESTS:
+            continue
+        uses_secret = bool(SECRET_VALUE.search(used))
+        reads_secret = module in READERS and bool(SECRET_FILE.search(used)) and "register" in task
+        writes = [args] if module != "megaprov.cluster.files" else (args or {}).get("files", [])
+        secret_writes = [
+            w for w in writes if module in WRITERS and isinstance(w, dict) and SECRET_FILE.search(str(w.get("dest") or w.get("path") or ""))
+        ]
+        if uses_secret or reads_secret or secret_writes:
+            handled.add(name)
+            if task.get("no_log") is not True and (uses_secret or reads_secret or any("content" in w or "src" in w for w in secret_writes)):
+                bad.append(f"{where}: no no_log")
+        if reads_secret and not SECRET_VALUE.search(f"{task['register']}.results[0] {task['register']}"):
+            bad.append(f"{where}: registers {task['register']} from a secret file: add it to SECRET_VALUE")
+        for w in secret_writes:
+            allowed = ("0700",) if w.get("state") == "directory" else ("0400", "0600")
+            if str(w.get("mode")) not in allowed:
+                bad.append(f"{where}: mode {w.get('mode')!r}, not {' or '.join(allowed)}")
+    assert bad == []
+    # the check sees the tasks it is about (it would pass on an empty tree otherwise)
+    assert {
+        "Read the cluster key",
+        "Install the cluster key",
+        "Keep the cluster key root's alone",
+        "Decode every node's credential on the key host",
+        "Read the cluster key pair",
+        "Install the cluster key pair",
+        "Read the database password",
+        "Write slurmdbd.conf",
+    } <= handled, handled
+
+
 def _tags(node):
     if isinstance(node, dict):
         tags = node.get("tags", [])
