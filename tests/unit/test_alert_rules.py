@@ -5,9 +5,7 @@ where it must not, says how severe it is and what to do, and reads only the metr
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 import yaml
 
 from tests.helpers.metrics import CONTRACT_METRICS
+from tests.helpers.promtool import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "ansible_collections/megaprov/cluster/roles/prometheus/files/rules"
@@ -29,18 +28,6 @@ ACTION_WORDS = re.compile(r"\b(drain|reset|reboot|restart|RMA|check|replace)\b",
 # PromQL words that are not metric names: operators, modifiers and literals (function names are told apart by the
 # parenthesis after them).
 PROMQL_WORDS = frozenset({"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right", "Inf", "NaN"})
-
-
-def promtool() -> Path:
-    """promtool beside this Python (scripts/setup.sh puts it in .venv/bin), else on PATH; missing is a failure, not a
-    skip: the rules would ship untested."""
-    beside = Path(sys.executable).parent / "promtool"
-    if beside.is_file():
-        return beside
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.fail(f"promtool is neither in {beside.parent} nor on PATH: `MEGAPROV_EXTRAS=test ./scripts/setup.sh` installs it")
-    return Path(found)
 
 
 def run_promtool(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from megaprov.ops import top
-from tests.unit.test_alert_rules import promtool
+from tests.helpers.promtool import promtool
 
 NODE1 = 'node="node1",instance="10.0.0.1:9100"'
 NODE2 = 'node="node2",instance="10.0.0.2:9100"'
