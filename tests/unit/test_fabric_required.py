@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.unit.test_rdma_module import fake_port, gpu, rdma, run_module, tree_args
+from tests.helpers.rdma import fake_port, gpu, rdma, run_module, tree_args
 
 ROLE = ROOT / "ansible_collections" / "megaprov" / "cluster" / "roles" / "infiniband"
 
