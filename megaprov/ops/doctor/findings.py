@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from megaprov import values
+
 SEVERITIES = ("error", "warn", "info")
 MAX_EVIDENCE = 400  # characters of one evidence line
 
@@ -461,9 +463,13 @@ LOG_CODES = (
 )  # fmt: skip
 
 
+_WHITESPACE = str.maketrans("\t\n\r", "   ")
+
+
 def clip(text: str, limit: int = MAX_EVIDENCE) -> str:
-    """One evidence line: control characters out, bounded."""
-    flat = "".join(c if c.isprintable() else " " for c in text.strip())
+    """One evidence line, bounded: tabs and line ends are spaces, any other control or format character its escape
+    (values.printable, the one escaping function for what came from outside)."""
+    flat = values.printable(text.strip().translate(_WHITESPACE))
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
