@@ -35,37 +35,39 @@ def diagnose_job(name: str, inventory: str | None) -> Report:
 
     job = jobs.find(name, inventory)
     root = untrusted.job_root(job.local_dir)
-    listed = untrusted.entries(job.local_dir / "logs", root)
-    named = [job.local_dir / "logs" / n for n in listed if n.endswith(".log") or (n.startswith("gpu-") and n.endswith(".csv"))]
-    logs = [p for p in named if p.suffix == ".log" and listed[p.name] == "file"]
+    logs_dir = job.local_dir / "logs"
+    listed = untrusted.entries(logs_dir, root)  # one listing: the logs, the GPU samples and what stands in their place
+    ours = {n: kind for n, kind in listed.items() if n.endswith(".log") or (n.startswith("gpu-") and n.endswith(".csv"))}
+    logs = [logs_dir / n for n, kind in ours.items() if kind == "file" and n.endswith(".log")]
+    samples = [logs_dir / n for n, kind in ours.items() if kind == "file" and n.endswith(".csv")]
     if not logs:
-        raise UsageError(f"job {job.name} has no node logs yet in {job.local_dir / 'logs'}", "wait for the job to start, or give --log FILE")
+        raise UsageError(f"job {job.name} has no node logs yet in {logs_dir}", "wait for the job to start, or give --log FILE")
     context = job_context(job.local_dir)
     report = Report(checked=[str(p) for p in logs])
     # A log or a GPU sample file that is a link, a FIFO or a directory is not read, and said so: its node was not checked.
-    for path in named[: 2 * MAX_LOG_FILES]:
-        if listed[path.name] != "file":
-            report.add(unreadable(path, untrusted.BadEntry(path, "is not a regular file (a link, a FIFO or a directory)", "")))
+    for name, kind in list(ours.items())[: 2 * MAX_LOG_FILES]:
+        if kind != "file":
+            report.add(unreadable(logs_dir / name, "is a directory" if kind == "dir" else "is not a regular file (a link, a FIFO or a device)"))
     found = []
     for path in logs[:MAX_LOG_FILES]:
         try:
             found += signatures.scan_file(path, node=path.stem, job=context, root=root)
         except untrusted.BadEntry as exc:  # this node's log is reported; the others are still read
-            report.add(unreadable(path, exc))
+            report.add(unreadable(path, exc.problem))
     report.add(*signatures.explained(found))  # across the job's nodes: a peer lost because another node's rank was killed
     from megaprov.training.follow import gpu_samples
 
-    for path in untrusted.files(job.local_dir / "logs", root, prefix="gpu-", suffix=".csv")[:MAX_LOG_FILES]:
+    for path in samples[:MAX_LOG_FILES]:
         try:
             report.add(*signatures.gpu_utilisation(gpu_samples(path, root), path.stem.removeprefix("gpu-"), str(path)))
         except untrusted.BadEntry as exc:
-            report.add(unreadable(path, exc))
+            report.add(unreadable(path, exc.problem))
     return report
 
 
-def unreadable(path: Path, exc: untrusted.BadEntry) -> Finding:
+def unreadable(path: Path, problem: str) -> Finding:
     """A file of the job that megaprov refused to read (a link, a FIFO, too large): a finding for that file."""
-    return finding("JOB_FILE_REFUSED", path.stem.removeprefix("gpu-"), f"{path.name} {exc.problem}", source=str(path))
+    return finding("JOB_FILE_REFUSED", path.stem.removeprefix("gpu-"), f"{path.name} {problem}", source=str(path))
 
 
 def job_context(job_dir: Path) -> dict[str, Any]:
