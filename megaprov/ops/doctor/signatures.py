@@ -14,6 +14,7 @@ series, nodes), so its time is linear in the bytes read and its memory is bounde
 from __future__ import annotations
 
 import codecs
+import contextlib
 import math
 import os
 import re
@@ -823,14 +824,16 @@ def _log_lines(handle: IO[bytes], path: Path, root: Path | None) -> Iterator[str
     return lines
 
 
-def read_log(path: Path, *, root: Path | None = None) -> list[str]:
-    """A log file's lines (see scan_file); an unreadable or missing file given with --log is the user's to fix."""
+@contextlib.contextmanager
+def log_lines(path: Path, root: Path | None = None) -> Iterator[Iterator[str]]:
+    """The lines of a log file's last MAX_LOG_BYTES, streamed, while the block runs (see scan_file); an unreadable
+    or missing file given with --log is the user's to fix."""
     with _open(path, root) as handle:
-        return list(_log_lines(handle, path, root))
+        yield _log_lines(handle, path, root)
 
 
 def scan_file(path: Path, node: str = "", job: dict[str, Any] | None = None, *, root: Path | None = None) -> list[Finding]:
     """The findings in a log file, streamed: its last MAX_LOG_BYTES, read through megaprov.untrusted (below ``root``,
     the job directory's root, for a job's log; ``None`` for a file the operator named with --log). LOG_BOUNDS."""
-    with _open(path, root) as handle:
-        return scan(_log_lines(handle, path, root), Context(str(path), node, job or {}))
+    with log_lines(path, root) as lines:
+        return scan(lines, Context(str(path), node, job or {}))
