@@ -99,7 +99,7 @@ COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
 # cluster user's SSH private key, the accounting database's password file and slurmdbd.conf (which holds it).
 SECRET_FILE = re.compile(r"munge\.key|munge_cluster_key|id_ed25519(?!\.pub)|slurmdbd\.conf|__slurm_dbd_password_file")
 # Values: what a task registered from a secret file, and the munge credentials (a credential decodes once: a replay).
-SECRET_VALUE = re.compile(r"__munge_key\b|__ssh_mesh_keypair\.results\[0\]|__slurm_dbd_password\b(?!_file)|__munge_credential\b")
+SECRET_VALUE = re.compile(r"__munge_key\b|__ssh_mesh_keypair\.results\[0\]|__slurm_dbd_password\b|__munge_credential\b")
 WRITERS = ("ansible.builtin.copy", "ansible.builtin.template", "ansible.builtin.file", "megaprov.cluster.files")
 READERS = ("ansible.builtin.slurp", "ansible.builtin.command", "ansible.builtin.shell")
 # The proof module records a digest of the files it is given (never their bytes): a path to a secret there is no leak.

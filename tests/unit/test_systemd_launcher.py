@@ -35,7 +35,7 @@ def _task_names(playbook: str) -> list[str]:
 
 @pytest.fixture
 def plays(monkeypatch):
-    """The playbooks the launcher ran, in order; each answers with the next queued result."""
+    """The playbooks the launcher ran, in order; each answers with the result set for it in `answers`, else success."""
     ran: list[str] = []
     answers: dict[str, runner.RunResult] = {}
 

@@ -64,14 +64,20 @@ EXPECTED: dict[str, list[tuple[str, float]]] = {
     "gpus": [('{node="node1"}', 2)],
     "gpu_util": [('{node="node1"}', 0.75)],
     "gpu_mem": [('{node="node1"}', 0.25)],
-    "job_running": [('megaprov_job_running{job="gpt",node="node1"}', 1)],
-    "job_iteration": [('megaprov_job_iteration{job="gpt",node="node1"}', 100)],
-    "job_total": [('megaprov_job_train_iterations{job="gpt",node="node1"}', 1000)],
-    "job_loss": [('megaprov_job_loss{job="gpt",node="node1"}', 6.5)],
-    "job_tokens": [('megaprov_job_tokens_per_second{job="gpt",node="node1"}', 9000)],
-    "job_expected": [('megaprov_job_expected_tokens_per_second{job="gpt",node="node1"}', 10000)],
-    "job_since": [('{job="gpt",node="node1"}', 60)],
-    "job_restarts": [('megaprov_job_restarts_total{job="gpt",node="node1"}', 1)],
+    # the job queries that select one metric answer it with its labels: the running job "gpt" on node1
+    **{
+        name: [(f'{metric}{{job="gpt",node="node1"}}', value)]
+        for name, metric, value in (
+            ("job_running", "megaprov_job_running", 1),
+            ("job_iteration", "megaprov_job_iteration", 100),
+            ("job_total", "megaprov_job_train_iterations", 1000),
+            ("job_loss", "megaprov_job_loss", 6.5),
+            ("job_tokens", "megaprov_job_tokens_per_second", 9000),
+            ("job_expected", "megaprov_job_expected_tokens_per_second", 10000),
+            ("job_since", "", 60),  # time() - ...: the labels without the name
+            ("job_restarts", "megaprov_job_restarts_total", 1),
+        )
+    },
     "alerts": [('ALERTS{alertname="NodeDown",alertstate="firing",severity="critical",job="node",node="node2"}', 1)],
 }
 
