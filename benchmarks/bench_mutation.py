@@ -40,6 +40,7 @@ EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents"
 # The pure core and the roles' Python modules (what the issue names); short name -> path in the checkout.
 MODULES = {
     "planner": "megaprov/training/planner.py",
+    "throughput": "megaprov/training/throughput.py",
     "verdict": "megaprov/training/verdict.py",
     "follow": "megaprov/training/follow.py",
     "render": "megaprov/training/render.py",

@@ -14,7 +14,7 @@
 #   5. nccl-tests all_reduce_perf on all local GPUs (when built), with the NCCL version it ran and its bus bandwidth
 #   6. `megaprov train` of examples/jobs/gpu-check.yml against localhost: a systemd unit runs pretrain_gpt.py under
 #      torchrun on every local GPU, 20 iterations on mock data, followed to the verdict; prints the verdict, the
-#      loss and TFLOP/s per GPU from the job's report.json
+#      loss and TFLOP/s per GPU from the job's report.json, and the planner's estimate for the same job against it
 # and a summary: one line per item above. Exit status: 0 when every step passed, 1 otherwise, 3 without a GPU.
 #
 # Sources, for a machine without internet (all optional):
@@ -285,6 +285,29 @@ else
   summary="no report (see $WORK/shared/jobs/$JOB/logs)"
 fi
 if [ "$rc" -eq 0 ]; then record "train (pretrain_gpt.py): $summary"; else fail "train (pretrain_gpt.py): exit $rc; $summary"; fi
+# The planner's estimate for the same job on the same inventory (its measured GEMM rate, or the published peak)
+# against the run's measured TFLOP/s per GPU: the step-time model's error on this machine (issue: planner calibration).
+if [ -f "$REPORT" ]; then
+  "$MEGAPROV" -o json plan --job "$WORK/gpu-check.yml" -i "$WORK/inventory/inventory.ini" --gpus-per-node "$GPUS" >"$WORK/plan.json" 2>"$WORK/plan.err"
+  estimate=$(
+    "$PY" - "$WORK/plan.json" "$REPORT" <<'PYTHON'
+import json
+import sys
+
+with open(sys.argv[1], encoding="utf-8") as f:
+    plan = json.load(f)["result"]
+with open(sys.argv[2], encoding="utf-8") as f:
+    measured = json.load(f)["throughput"]["tflops_per_gpu_median"]
+e = plan["estimate"]
+estimated = e["mfu"] * e["peak_tflops_per_rank"]
+parts = sorted((e.get("seconds_by_mechanism") or {}).items(), key=lambda kv: -kv[1])[:3]
+where = ", ".join(f"{k} {v / e['step_seconds']:.0%}" for k, v in parts)
+ratio = f"{measured / estimated:.2f}" if measured else "?"
+print(f"estimate {estimated:.1f} TFLOP/s per GPU (MFU {e['mfu']:.1%} of {e['peak_source']} {e['peak_tflops_per_rank']:.0f}; {where}),"
+      f" measured {measured if measured is None else round(measured, 1)}: measured/estimate {ratio}")
+PYTHON
+  ) && record "planner: $estimate" || fail "planner: no estimate (see $WORK/plan.err)"
+fi
 "$MEGAPROV" job stop "$JOB" >/dev/null 2>&1 || true
 
 printf '\n== summary (%ds of %ds)\n' $(($(date +%s) - START)) "$BUDGET"

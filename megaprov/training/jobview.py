@@ -11,7 +11,8 @@ from rich.table import Table
 
 from megaprov.errors import UsageError
 from megaprov.output import console
-from megaprov.training.planner import GIB, Candidate, Plan
+from megaprov.training.planner import GIB, Candidate, Plan, why
+from megaprov.training.throughput import StepTime
 
 if TYPE_CHECKING:
     from megaprov.training.data import PrepareResult, Progress
@@ -68,6 +69,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
             "iterations": plan.iterations,
             "run_seconds": round(plan.run_seconds, 1),
             "gpu_hours": round(plan.gpu_hours, 1),
+            "seconds_by_mechanism": _mechanisms(plan.time),
         },
         "measured_rates": {
             r.host: {"tflops_per_device": r.tflops_per_device, "dtype": r.dtype, "backend": r.backend, "measured_at": r.measured_at}
@@ -76,6 +78,10 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "fixes": [{"field": f.field, "value": f.value, "memory_gib": round(f.memory_gib, 3)} for f in plan.fixes],
         "warnings": list(plan.warnings),
     }
+
+
+def _mechanisms(time: StepTime | None) -> dict[str, float] | None:
+    return None if time is None else {name: round(seconds, 6) for name, seconds in time.seconds().items()}
 
 
 def duration(seconds: float) -> str:
@@ -119,6 +125,8 @@ def render_plan(plan: Plan) -> None:
         verdict = f"{'fits' if plan.fits else 'DOES NOT FIT'}: {m.total / GIB:.1f} of {m.capacity / GIB:.1f} GiB"
     table.add_row("verdict", verdict)
     table.add_row("estimate", f"MFU {100 * plan.mfu_assumed:.1f} %, {plan.step_seconds:.3g} s per iteration, {_si(plan.tokens_per_second)} tokens/s")
+    if plan.time:
+        table.add_row("where the time goes", ", ".join(f"{name} {share:.0%}" for name, share in plan.time.shares().items() if share >= 0.005))
     table.add_row("run", f"{plan.iterations:,} iterations: {duration(plan.run_seconds)}, {plan.gpu_hours:,.0f} GPU-hours (training steps only)")
     if plan.peak:
         table.add_row("rate behind it", plan.peak.text)
@@ -148,6 +156,7 @@ def candidates_dict(found: list[Candidate]) -> list[dict[str, Any]]:
             "mfu": round(c.mfu, 4),
             "step_seconds": c.step_seconds,
             "tokens_per_second": c.tokens_per_second,
+            "seconds_by_mechanism": _mechanisms(c.time),
         }
         for c in found
     ]
@@ -176,6 +185,8 @@ def render_suggest(found: list[Candidate], seconds: float) -> None:
             _si(c.tokens_per_second),
         )
     out.print(table)
+    for line in why(found):
+        out.print(line, markup=False)
     if not found:
         out.print("no layout fits: use more GPUs, a GPU with more memory, or a smaller model / sequence", markup=False)
 

@@ -2,7 +2,10 @@
 
 It checks every rule Megatron-LM enforces at start-up (so a job fails here in a second, not after the
 cluster has loaded the model), counts parameters, computes FLOPs per iteration with Megatron-LM's own formula,
-estimates memory per GPU, names the fixes when a job does not fit, and ranks the layouts that do.
+estimates memory per GPU, names the fixes when a job does not fit, estimates the iteration's time on GPUs from the
+mechanisms that set it (``throughput``: GEMM shapes, attention, memory-bound kernels, tensor/context/pipeline/data
+parallel communication and their overlap, the pipeline bubble, recomputation, the optimizer), and ranks the layouts
+that fit by that time, saying why the best one wins.
 
 Sources of the formulas (read, re-derived, not copied):
 - FLOPs: Megatron-LM ``megatron/training/training.py`` ``num_floating_point_operations`` (core_v0.16.1), the
@@ -32,6 +35,7 @@ from typing import Any
 
 from megaprov import values
 from megaprov.errors import UsageError
+from megaprov.training import throughput
 from megaprov.training.jobspec import JobSpec, Problem
 from megaprov.training.trainer import padded_vocab  # one rule, kept in the standalone trainer
 
@@ -47,24 +51,31 @@ class Gpu:
     tflops_16bit: float  # dense BF16/FP16 tensor-core peak
     tflops_fp32: float  # dense TF32 tensor-core peak (what fp32 training uses)
     nvlink: bool = True
+    gemm_share: float = 0.78  # of the peak, what a large bf16 GEMM (8192^3, cuBLAS) reaches alone
+    hbm_tbs: float = 1.0  # memory bandwidth, TB/s
+    intra_gbs: float = 25.0  # GPU-to-GPU inside a node, GB/s per direction (NVLink, else PCIe)
+    net_gbs: float = 12.5  # between nodes, GB/s per GPU (the reference system's NICs: one 400 Gb/s NIC per H100 = 50)
 
 
-# Dense (no sparsity) peaks from NVIDIA's data sheets.
+# Dense (no sparsity) peaks, memory bandwidth and NVLink from NVIDIA's data sheets; the network per GPU is that of
+# the GPU's reference system (DGX/HGX: one NIC per GPU, 200 Gb/s HDR for A100, 400 Gb/s NDR from H100 on). The
+# isolated GEMM share is what published cuBLAS benchmarks reach at 8192^3 (about 0.88 of the peak on A100, 0.78 on
+# H100); for the GPUs without a figure here the H100's is assumed, and a node's measured rate replaces it.
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in (
-        Gpu("GB200", 184.0, 2500.0, 1250.0),
-        Gpu("B200", 179.0, 2250.0, 1100.0),
-        Gpu("H200", 139.8, 989.0, 494.0),
-        Gpu("H100-SXM", 79.6, 989.0, 494.0),
-        Gpu("H100-PCIe", 79.6, 756.0, 378.0, nvlink=False),
-        Gpu("GH200", 94.5, 989.0, 494.0),
-        Gpu("A100-80GB", 79.2, 312.0, 156.0),
-        Gpu("A100-40GB", 39.4, 312.0, 156.0),
-        Gpu("L40S", 44.4, 362.0, 183.0, nvlink=False),
-        Gpu("A10", 22.0, 125.0, 62.5, nvlink=False),
+        Gpu("GB200", 184.0, 2500.0, 1250.0, hbm_tbs=8.0, intra_gbs=900.0, net_gbs=50.0),
+        Gpu("B200", 179.0, 2250.0, 1100.0, hbm_tbs=8.0, intra_gbs=900.0, net_gbs=50.0),
+        Gpu("H200", 139.8, 989.0, 494.0, hbm_tbs=4.8, intra_gbs=450.0, net_gbs=50.0),
+        Gpu("H100-SXM", 79.6, 989.0, 494.0, hbm_tbs=3.35, intra_gbs=450.0, net_gbs=50.0),
+        Gpu("H100-PCIe", 79.6, 756.0, 378.0, nvlink=False, hbm_tbs=2.0, intra_gbs=32.0, net_gbs=25.0),
+        Gpu("GH200", 94.5, 989.0, 494.0, hbm_tbs=4.0, intra_gbs=450.0, net_gbs=50.0),
+        Gpu("A100-80GB", 79.2, 312.0, 156.0, gemm_share=0.88, hbm_tbs=2.039, intra_gbs=300.0, net_gbs=25.0),
+        Gpu("A100-40GB", 39.4, 312.0, 156.0, gemm_share=0.88, hbm_tbs=1.555, intra_gbs=300.0, net_gbs=25.0),
+        Gpu("L40S", 44.4, 362.0, 183.0, nvlink=False, hbm_tbs=0.864, intra_gbs=25.0, net_gbs=12.5),
+        Gpu("A10", 22.0, 125.0, 62.5, nvlink=False, hbm_tbs=0.6, intra_gbs=25.0, net_gbs=12.5),
         # Volta: FP16 tensor cores (no BF16, no TF32: fp32 runs on the CUDA cores); the 32 GB SXM2 board.
-        Gpu("V100", 31.7, 125.0, 15.7),
+        Gpu("V100", 31.7, 125.0, 15.7, hbm_tbs=0.9, intra_gbs=150.0, net_gbs=12.5),
         # The CPU lab: one process per node, no memory verdict, a nominal peak so that step times print.
         Gpu("cpu", 0.0, 0.2, 0.1, nvlink=False),
     )
@@ -85,22 +96,23 @@ NVIDIA_SMI_NAMES: tuple[tuple[str, str], ...] = (
     (r"a10\b", "A10"),
     (r"v100s?\b", "V100"),  # "V100-SXM2-32GB"
 )
-# MFU a well-tuned dense GPT reaches with Megatron-LM on large GEMMs (the assumption behind expected step
-# times); each layout's estimate scales it down for communication, the pipeline bubble and small GEMMs.
-# Against a measured rate the same figure applies: a dense GEMM of the measurement's size runs near the peak.
-DEFAULT_MFU = 0.50
-# The lab trainer on CPU nodes, as a fraction of the node's measured fp32 GEMM rate before the small-GEMM factor of
-# ``_efficiency`` (0.22 for lab-tiny): eager PyTorch on a tiny model spends most of its time outside GEMMs (Python,
-# elementwise kernels, the optimizer, gloo). On the 2-node lab (2 cores shared by both nodes and anything else
-# running) lab-tiny reached 1,321 tokens/s with one core busy against nodes measured at 61-63 GFLOP/s when the
-# machine was quiet (1.0 % of the rate per rank), and 650 tokens/s under a load of 21. 0.025 puts the estimate at
-# 0.56 % (825 tokens/s, floor 660 at the default 0.8 tolerance): the busy run passes with 2x margin, the loaded one
-# with the start-up scaling of the verdict, and a cluster whose every node is held to 10 % of a CPU fails.
+# The share of a GEMM's isolated rate (``Gpu.gemm_share`` of the peak, or a node's measured rate: megaprov's preflight
+# times that isolated GEMM) that it sustains inside a Megatron-LM iteration, where the GPU runs at its power limit
+# and shares its SMs and memory with other kernels. Fitted with the step-time model's constants (``throughput``) on
+# Megatron-LM's H100 table: 0.82 of an H100's isolated 0.78, about 630 of 989 TFLOP/s.
+TRAINING_SHARE = 0.82
+# NCCL's bus bandwidth as a share of the link: NVLink rings about 0.8 of the per-direction rate (360 of 450 GB/s on
+# DGX H100 for all-gather and reduce-scatter, nccl-tests), InfiniBand about 0.9 of the NIC.
+NVLINK_EFFICIENCY = 0.8
+NET_EFFICIENCY = 0.9
 CPU_MFU = 0.025
 
 
 def default_mfu(cluster: Cluster) -> float:
-    return CPU_MFU if cluster.gpu.name == "cpu" else DEFAULT_MFU
+    """The lab's MFU on CPU nodes; on GPUs the share of the per-rank rate a large GEMM reaches."""
+    if cluster.gpu.name == "cpu":
+        return CPU_MFU
+    return TRAINING_SHARE if job_rates(cluster) else cluster.gpu.gemm_share * TRAINING_SHARE
 
 
 @dataclass(frozen=True)
@@ -268,6 +280,7 @@ class Plan:
     peak: Peak | None = None  # the per-rank rate behind step_seconds (measured, or the published peak)
     rates: tuple[NodeRate, ...] = ()  # the measured rates of the job's nodes
     iterations: int = 0  # the spec's train.train_iters
+    time: throughput.StepTime | None = None  # the iteration by mechanism (GPU clusters)
 
     @property
     def fits(self) -> bool | None:
@@ -291,6 +304,7 @@ class Candidate:
     mfu: float
     step_seconds: float
     tokens_per_second: float
+    time: throughput.StepTime | None = None  # by mechanism (GPU clusters)
 
 
 class _Problems:
@@ -657,25 +671,83 @@ def memory(spec: JobSpec, layout: Layout, cluster: Cluster) -> Memory:
     return Memory(stage_params, state, activations, logits, RESERVED_GIB * GIB if capacity else 0.0, capacity)
 
 
-def _efficiency(spec: JobSpec, layout: Layout, cluster: Cluster, microbatches: int) -> float:
-    """Relative efficiency of a layout (1.0 = the assumed MFU), used to rank layouts, not to promise speed."""
-    eff = 1.0
-    if layout.tp > 1:
-        eff *= 1 - 0.04 * math.log2(layout.tp)  # tensor-parallel all-reduces on the critical path
-        if layout.tp > cluster.gpus_per_node or not cluster.gpu.nvlink:
-            eff *= 0.6
-    if layout.cp > 1:
-        eff *= 1 - 0.03 * math.log2(layout.cp)
-    vp = layout.vp or 1
-    bubble = (layout.pp - 1) / (vp * microbatches)  # pipeline bubble fraction (Narayanan et al. 2021)
-    eff /= 1 + bubble
-    if vp > 1:
-        eff *= 1 - 0.01 * vp  # extra point-to-point communication of the interleaved schedule
-    # Small GEMMs run below peak: rows are the micro-batch's tokens on this rank, columns the hidden size per rank.
+def _lab_efficiency(spec: JobSpec, layout: Layout) -> float:
+    """The lab trainer's share of CPU_MFU: eager PyTorch on CPU, where small GEMMs dominate (rows are the micro-batch's
+    tokens on a rank, columns the hidden size per rank)."""
     rows = layout.micro_batch * spec.model.seq_length / layout.cp
     cols = spec.model.hidden_size / layout.tp
-    eff *= rows / (rows + 256) * cols / (cols + 128)
+    eff = rows / (rows + 256) * cols / (cols + 128)
+    if layout.tp > 1:  # gloo all-reduces on the critical path, over no NVLink
+        eff *= (1 - 0.04 * math.log2(layout.tp)) * 0.6
     return eff
+
+
+def links(layout: Layout, cluster: Cluster) -> tuple[float, float, float, float]:
+    """(tensor, pipeline, data, context)-parallel bus bandwidth in bytes/s. Megatron-LM orders ranks TP, CP, DP, PP
+    (TP fastest), so a group stays inside a node while its span does: TP spans t ranks, CP t x c, DP t x c x d, the
+    pipeline neighbours sit world/p ranks apart."""
+    gpu, gpn = cluster.gpu, cluster.gpus_per_node
+    intra = gpu.intra_gbs * 1e9 * (NVLINK_EFFICIENCY if gpu.nvlink else NET_EFFICIENCY)
+    net = gpu.net_gbs * 1e9 * NET_EFFICIENCY
+    if cluster.nodes == 1:
+        return intra, intra, intra, intra
+
+    def over(span: int) -> float:
+        return intra if span <= gpn else net
+
+    stage = cluster.world // layout.pp
+    return over(layout.tp), (intra if stage < gpn else net), over(stage), over(layout.tp * layout.cp)
+
+
+def work(spec: JobSpec, layout: Layout, cluster: Cluster) -> throughput.Work:
+    """The iteration of ``spec`` on ``layout``, in the sizes the step-time model needs."""
+    m, t, p = spec.model, spec.train, spec.parallel
+    dp = max(cluster.world // (layout.tp * layout.pp * layout.cp), 1)
+    kv_ch = m.hidden_size // m.num_attention_heads
+    stage = memory(spec, layout, cluster).parameters
+    return throughput.Work(
+        tokens=layout.micro_batch * m.seq_length // layout.cp,
+        seq=m.seq_length,
+        hidden=m.hidden_size,
+        heads=m.num_attention_heads,
+        q_width=kv_ch * m.num_attention_heads,
+        kv_width=kv_ch * m.query_groups,
+        ffn=m.ffn,
+        gated=m.activation == "swiglu",
+        vocab=padded_vocab(tokenizer_vocab(spec) or 0, m.make_vocab_size_divisible_by, layout.tp),
+        layers=m.num_layers // layout.pp,
+        tp=layout.tp,
+        pp=layout.pp,
+        vp=layout.vp or 1,
+        cp=layout.cp,
+        dp=dp,
+        microbatches=max(t.global_batch_size // (layout.micro_batch * dp), 1),
+        sequence_parallel=layout.sequence_parallel,
+        recompute=layout.recompute,
+        stage_parameters=stage,
+        distributed_optimizer=layout.distributed_optimizer,
+        overlap_grad_reduce=p.overlap_grad_reduce,
+        overlap_param_gather=p.overlap_param_gather and layout.distributed_optimizer,
+        tp_comm_overlap=p.tp_comm_overlap and layout.sequence_parallel,
+        scores_stored=m.attention_backend in ("unfused", "local"),
+        grad_bytes=4,
+        param_bytes=4 if t.precision == "fp32" else 2,
+    )
+
+
+def step_time(spec: JobSpec, layout: Layout, cluster: Cluster, share: float | None = None) -> throughput.StepTime:
+    """The step-time model's iteration of a layout on a GPU cluster, by mechanism (``share``: of the per-rank rate
+    that a large GEMM reaches; default :func:`default_mfu`)."""
+    tp_link, pp_link, dp_link, cp_link = links(layout, cluster)
+    hw = throughput.Hardware(
+        gemm_flops=_peak(cluster, spec) * (share or default_mfu(cluster)),
+        hbm=cluster.gpu.hbm_tbs * 1e12,
+        tp_link=tp_link,
+        pp_link=pp_link,
+        dp_link=dp_link,
+        cp_link=cp_link,
+    )
+    return throughput.step_time(work(spec, layout, cluster), hw)
 
 
 def job_rates(cluster: Cluster) -> tuple[NodeRate, ...]:
@@ -723,17 +795,21 @@ def _peak(cluster: Cluster, spec: JobSpec) -> float:
     return rank_peak(cluster, spec).tflops * 1e12
 
 
-def _timing(spec: JobSpec, layout: Layout, cluster: Cluster, mfu: float) -> tuple[float, float, float]:
-    """(estimated MFU, seconds per iteration, tokens per second) for a layout."""
+def _timing(spec: JobSpec, layout: Layout, cluster: Cluster, mfu: float) -> tuple[float, float, float, throughput.StepTime | None]:
+    """(estimated MFU, seconds per iteration, tokens per second, the step by mechanism) for a layout: on GPUs from the
+    step-time model, on the CPU lab from its measured calibration (``CPU_MFU``)."""
     vocab = padded_vocab(tokenizer_vocab(spec) or 0, spec.model.make_vocab_size_divisible_by, layout.tp)
     world = cluster.world
-    dp = max(world // (layout.tp * layout.pp * layout.cp), 1)
-    microbatches = max(spec.train.global_batch_size // (layout.micro_batch * dp), 1)
-    est_mfu = mfu * _efficiency(spec, layout, cluster, microbatches)
-    flops = flops_per_iteration(spec, vocab) * (1 + _recompute_overhead(spec, vocab, layout.recompute))
-    step = flops / (world * _peak(cluster, spec) * est_mfu)
+    flops = flops_per_iteration(spec, vocab)
     tokens = spec.train.global_batch_size * spec.model.seq_length
-    return est_mfu, step, tokens / step
+    peak = _peak(cluster, spec)
+    if cluster.gpu.name == "cpu":
+        est_mfu = mfu * _lab_efficiency(spec, layout)
+        step = flops * (1 + _recompute_overhead(spec, vocab, layout.recompute)) / (world * peak * est_mfu)
+        return est_mfu, step, tokens / step, None
+    parts = step_time(spec, layout, cluster, mfu)
+    step = parts.total
+    return flops / (step * world * peak), step, tokens / step, parts
 
 
 def _with(spec: JobSpec, layout: Layout) -> JobSpec:
@@ -793,7 +869,7 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> Plan:
     dp = cluster.world // model_parallel
     vocab = padded_vocab(tokenizer_vocab(spec) or 0, spec.model.make_vocab_size_divisible_by, layout.tp)
     mem = memory(spec, layout, cluster)
-    est_mfu, step, tps = _timing(spec, layout, cluster, mfu)
+    est_mfu, step, tps, parts = _timing(spec, layout, cluster, mfu)
     warnings = []
     if layout.tp > 1 and not layout.sequence_parallel:
         warnings.append("parallel.sequence_parallel is off with tensor > 1: activations are not split (turn it on to save memory)")
@@ -827,11 +903,14 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> Plan:
         peak=rank_peak(spec=spec, cluster=cluster),
         rates=job_rates(cluster),
         iterations=spec.train.train_iters,
+        time=parts,
     )
 
 
-def suggest(spec: JobSpec, cluster: Cluster, mfu: float | None = None, top: int = 10) -> list[Candidate]:
-    """Valid layouts that fit, ranked by estimated tokens/s (then by memory)."""
+def candidates(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> list[Candidate]:
+    """Every valid layout that fits, fastest first (then the smaller): TP inside a node, PP and CP dividing what they
+    split, virtual stages dividing a stage's layers, micro-batches up to 16, each recompute mode, and the distributed
+    optimizer (both ways unless the spec turns it on); sequence parallelism with every TP above 1."""
     mfu = mfu or default_mfu(cluster)
     m, t = spec.model, spec.train
     world = cluster.world
@@ -852,13 +931,46 @@ def suggest(spec: JobSpec, cluster: Cluster, mfu: float | None = None, top: int 
         per_rank = t.global_batch_size // dp
         mbs = [x for x in divisors(per_rank) if x <= 16]
         per_stage = m.num_layers // pp
-        vps: list[int | None] = [None] + ([v for v in divisors(per_stage) if 1 < v <= 8] if pp > 1 else [])
+        vps: list[int | None] = [None] + ([v for v in divisors(per_stage) if v > 1] if pp > 1 else [])
         for mb, rc, vp, dist in product(mbs, recomputes, vps, dist_opts):
             layout = Layout(tp, pp, cp, vp, mb, rc, tp > 1, dist)
             mem = memory(spec, layout, cluster)
             if mem.fits is False:
                 continue
-            est, step, tok = _timing(spec, layout, cluster, mfu)
-            results.append(Candidate(layout, dp, mem.total / GIB, est, step, tok))
+            est, step, tok, parts = _timing(spec, layout, cluster, mfu)
+            results.append(Candidate(layout, dp, mem.total / GIB, est, step, tok, parts))
     results.sort(key=lambda c: (-round(c.tokens_per_second, 6), c.memory_gib))
-    return results[:top]
+    return results
+
+
+def suggest(spec: JobSpec, cluster: Cluster, mfu: float | None = None, top: int = 10) -> list[Candidate]:
+    """The ``top`` fastest splits of the model (TP x PP x CP), each with its best micro-batch, virtual stages,
+    recomputation and optimizer, ranked by estimated tokens/s (then by memory)."""
+    best: dict[tuple[int, int, int], Candidate] = {}
+    for c in candidates(spec, cluster, mfu):
+        best.setdefault((c.layout.tp, c.layout.pp, c.layout.cp), c)
+    return list(best.values())[:top]
+
+
+def why(ranked: list[Candidate]) -> list[str]:
+    """Why the first layout wins: where its iteration goes, and against each of the next two the mechanisms that
+    make the difference (seconds per iteration, largest first)."""
+    if not ranked or ranked[0].time is None:
+        return []
+    best = ranked[0]
+    assert best.time is not None
+    shares = ", ".join(f"{name} {share:.0%}" for name, share in list(best.time.shares().items())[:4])
+    lines = [f"#1 {best.layout.describe()}: {best.step_seconds:.3g} s per iteration; {shares}"]
+    for i, other in enumerate(ranked[1:3], 2):
+        if other.time is None:
+            continue
+        ahead = other.step_seconds - best.step_seconds
+        mine, theirs = best.time.seconds(), other.time.seconds()
+        diffs = sorted(((theirs[k] - mine[k], k) for k in mine), reverse=True)
+        gains = [f"{k} {d:.3g} s" for d, k in diffs if d > 0.005 * other.step_seconds][:2]
+        costs = [f"{k} {-d:.3g} s" for d, k in reversed(diffs) if -d > 0.005 * other.step_seconds][:2]
+        text = f"#1 beats #{i} ({other.layout.describe()}) by {ahead:.3g} s per iteration"
+        text += f": less {', '.join(gains)}" if gains else ""
+        text += f"; more {', '.join(costs)}" if costs else ""
+        lines.append(text)
+    return lines
