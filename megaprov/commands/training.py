@@ -84,7 +84,7 @@ def register(sub: Any) -> None:
     plan.add_argument(
         "--mfu",
         type=fraction,
-        help="share of the per-GPU rate a large GEMM sustains in training (default 0.82 of a measured GEMM rate, else of the isolated rate)",
+        help="share of the per-GPU rate a large GEMM sustains in training (default 0.77 of a measured GEMM rate, else of the isolated rate)",
     )
     plan.add_argument("--suggest", action="store_true", help="rank the splits that fit by estimated step time and say why the best wins")
     plan.add_argument("--top", type=upto(1000), default=10, help="layouts to list with --suggest")

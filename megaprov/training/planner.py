@@ -42,6 +42,10 @@ from megaprov.training.trainer import padded_vocab  # one rule, kept in the stan
 GIB = 1024**3
 # Per-GPU memory megaprov keeps free for the CUDA context, NCCL buffers and allocator fragmentation.
 RESERVED_GIB = 3.0
+# What --suggest leaves free beyond the estimate: the estimate counts tensors, not the caching allocator's
+# fragmentation or library workspaces (Transformer Engine, cuBLAS, NCCL channels), which grow with the model; a layout
+# within 10 % of the GPU's memory is one an operator would not start a long run on.
+SUGGEST_HEADROOM = 0.10
 
 
 @dataclass(frozen=True)
@@ -99,8 +103,8 @@ NVIDIA_SMI_NAMES: tuple[tuple[str, str], ...] = (
 # The share of a GEMM's isolated rate (``Gpu.gemm_share`` of the peak, or a node's measured rate: megaprov's preflight
 # times that isolated GEMM) that it sustains inside a Megatron-LM iteration, where the GPU runs at its power limit
 # and shares its SMs and memory with other kernels. Fitted with the step-time model's constants (``throughput``) on
-# Megatron-LM's H100 table: 0.82 of an H100's isolated 0.78, about 630 of 989 TFLOP/s.
-TRAINING_SHARE = 0.82
+# Megatron-LM's H100 table: 0.774 of an H100's isolated 0.78, about 600 of 989 TFLOP/s.
+TRAINING_SHARE = 0.7744
 # NCCL's bus bandwidth as a share of the link: NVLink rings about 0.8 of the per-direction rate (360 of 450 GB/s on
 # DGX H100 for all-gather and reduce-scatter, nccl-tests), InfiniBand about 0.9 of the NIC.
 NVLINK_EFFICIENCY = 0.8
@@ -500,6 +504,16 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
                     f" = {t.micro_batch_size}x{dp}",
                     f"use {good} (or change micro_batch_size or the parallel sizes)",
                 )
+            elif (p.virtual_stages or 1) > 1 and p.pipeline > 1 and (t.global_batch_size // (t.micro_batch_size * dp)) % p.pipeline:
+                microbatches = t.global_batch_size // (t.micro_batch_size * dp)
+                step = t.micro_batch_size * dp * p.pipeline
+                out.add(
+                    "parallel.virtual_stages",
+                    f"parallel.virtual_stages={p.virtual_stages} needs the micro-batches of a step (train.global_batch_size /"
+                    f" (micro_batch_size x data parallel) = {microbatches}) to be a multiple of parallel.pipeline={p.pipeline}"
+                    " (Megatron-LM's interleaved schedule)",
+                    f"use a global batch size that is a multiple of {step}, or remove virtual_stages",
+                )
         if gpus_per_node and p.tensor > gpus_per_node:
             out.add(
                 "parallel.tensor",
@@ -683,20 +697,22 @@ def _lab_efficiency(spec: JobSpec, layout: Layout) -> float:
 
 
 def links(layout: Layout, cluster: Cluster) -> tuple[float, float, float, float]:
-    """(tensor, pipeline, data, context)-parallel bus bandwidth in bytes/s. Megatron-LM orders ranks TP, CP, DP, PP
-    (TP fastest), so a group stays inside a node while its span does: TP spans t ranks, CP t x c, DP t x c x d, the
-    pipeline neighbours sit world/p ranks apart."""
+    """(tensor, pipeline, data, context)-parallel bus bandwidth per rank in bytes/s. Megatron-LM orders ranks TP, CP,
+    DP, PP (TP fastest): a TP group spans t ranks, a CP group c ranks t apart, the gradient reduction's group (DP x
+    CP) d x c ranks t apart. A group inside a node runs on NVLink; one across nodes on the NICs of its members in each
+    node (NCCL builds a ring per NIC), up to NVLink's rate. A pipeline send crosses nodes somewhere once there are two."""
     gpu, gpn = cluster.gpu, cluster.gpus_per_node
     intra = gpu.intra_gbs * 1e9 * (NVLINK_EFFICIENCY if gpu.nvlink else NET_EFFICIENCY)
-    net = gpu.net_gbs * 1e9 * NET_EFFICIENCY
+    nic = gpu.net_gbs * 1e9 * NET_EFFICIENCY
     if cluster.nodes == 1:
         return intra, intra, intra, intra
+    t, c = layout.tp, layout.cp
+    reduction = cluster.world // layout.pp  # d x c x t ranks
 
-    def over(span: int) -> float:
-        return intra if span <= gpn else net
+    def group(span: int, per_node: int) -> float:
+        return intra if span <= gpn else min(intra, max(per_node, 1) * nic)
 
-    stage = cluster.world // layout.pp
-    return over(layout.tp), (intra if stage < gpn else net), over(stage), over(layout.tp * layout.cp)
+    return group(t, gpn), nic, group(reduction, gpn // t), group(t * c, min(c, gpn // t))
 
 
 def work(spec: JobSpec, layout: Layout, cluster: Cluster) -> throughput.Work:
@@ -730,8 +746,9 @@ def work(spec: JobSpec, layout: Layout, cluster: Cluster) -> throughput.Work:
         overlap_param_gather=p.overlap_param_gather and layout.distributed_optimizer,
         tp_comm_overlap=p.tp_comm_overlap and layout.sequence_parallel,
         scores_stored=m.attention_backend in ("unfused", "local"),
-        grad_bytes=4,
+        grad_bytes=2 if t.precision == "fp16" else 4,
         param_bytes=4 if t.precision == "fp32" else 2,
+        act_bytes=4 if t.precision == "fp32" else 2,
     )
 
 
@@ -875,7 +892,7 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> Plan:
         warnings.append("parallel.sequence_parallel is off with tensor > 1: activations are not split (turn it on to save memory)")
     microbatches = max(spec.train.global_batch_size // (layout.micro_batch * dp), 1)
     if layout.pp > 1 and microbatches < 4 * layout.pp:
-        bubble = 100 * (layout.pp - 1) / microbatches
+        bubble = 100 * (layout.pp - 1) / ((layout.vp or 1) * microbatches)
         warnings.append(f"fewer than 4 x pipeline micro-batches per step: the pipeline bubble costs about {bubble:.0f} % of the step")
     if cluster.gpu.name != "cpu" and spec.launch.gpus_per_node != cluster.gpus_per_node:
         warnings.append(
@@ -908,9 +925,10 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> Plan:
 
 
 def candidates(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> list[Candidate]:
-    """Every valid layout that fits, fastest first (then the smaller): TP inside a node, PP and CP dividing what they
-    split, virtual stages dividing a stage's layers, micro-batches up to 16, each recompute mode, and the distributed
-    optimizer (both ways unless the spec turns it on); sequence parallelism with every TP above 1."""
+    """Every valid layout that fits with SUGGEST_HEADROOM to spare, fastest first (then the smaller): TP inside a node,
+    PP and CP dividing what they split, virtual stages dividing a stage's layers (where the step's micro-batches are a
+    multiple of PP, as Megatron-LM's interleaved schedule needs), micro-batches up to 16, each recompute mode, and the
+    distributed optimizer (both ways unless the spec turns it on); sequence parallelism with every TP above 1."""
     mfu = mfu or default_mfu(cluster)
     m, t = spec.model, spec.train
     world = cluster.world
@@ -931,24 +949,26 @@ def candidates(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> lis
         per_rank = t.global_batch_size // dp
         mbs = [x for x in divisors(per_rank) if x <= 16]
         per_stage = m.num_layers // pp
-        vps: list[int | None] = [None] + ([v for v in divisors(per_stage) if v > 1] if pp > 1 else [])
-        for mb, rc, vp, dist in product(mbs, recomputes, vps, dist_opts):
-            layout = Layout(tp, pp, cp, vp, mb, rc, tp > 1, dist)
-            mem = memory(spec, layout, cluster)
-            if mem.fits is False:
-                continue
-            est, step, tok, parts = _timing(spec, layout, cluster, mfu)
-            results.append(Candidate(layout, dp, mem.total / GIB, est, step, tok, parts))
+        for mb, rc, dist in product(mbs, recomputes, dist_opts):
+            # Megatron-LM's interleaved schedule needs the micro-batches of a step to be a multiple of PP
+            interleaved = pp > 1 and (per_rank // mb) % pp == 0
+            for vp in [None] + ([v for v in divisors(per_stage) if v > 1] if interleaved else []):
+                layout = Layout(tp, pp, cp, vp, mb, rc, tp > 1, dist)
+                mem = memory(spec, layout, cluster)
+                if mem.fits is False or (mem.capacity and mem.total > mem.capacity * (1 - SUGGEST_HEADROOM)):
+                    continue
+                est, step, tok, parts = _timing(spec, layout, cluster, mfu)
+                results.append(Candidate(layout, dp, mem.total / GIB, est, step, tok, parts))
     results.sort(key=lambda c: (-round(c.tokens_per_second, 6), c.memory_gib))
     return results
 
 
 def suggest(spec: JobSpec, cluster: Cluster, mfu: float | None = None, top: int = 10) -> list[Candidate]:
-    """The ``top`` fastest splits of the model (TP x PP x CP), each with its best micro-batch, virtual stages,
-    recomputation and optimizer, ranked by estimated tokens/s (then by memory)."""
-    best: dict[tuple[int, int, int], Candidate] = {}
+    """The ``top`` fastest splits of the model over GPUs (TP x PP), each with its best context-parallel size,
+    micro-batch, virtual stages, recomputation and optimizer, ranked by estimated tokens/s (then by memory)."""
+    best: dict[tuple[int, int], Candidate] = {}
     for c in candidates(spec, cluster, mfu):
-        best.setdefault((c.layout.tp, c.layout.pp, c.layout.cp), c)
+        best.setdefault((c.layout.tp, c.layout.pp), c)
     return list(best.values())[:top]
 
 

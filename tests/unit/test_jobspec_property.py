@@ -93,7 +93,8 @@ def valid_cases(draw):
     recompute = draw(st.sampled_from(["none", "selective", "full"]))
     train = {
         "micro_batch_size": micro,
-        "global_batch_size": micro * dp * draw(st.integers(1, 4)),
+        # the interleaved schedule needs a multiple of PP micro-batches a step (Megatron-LM's schedules.py)
+        "global_batch_size": micro * dp * (pp if vs and vs > 1 and pp > 1 else 1) * draw(st.integers(1, 4)),
         "train_iters": iters,
         "lr": lr,
         "min_lr": draw(st.sampled_from([0.0, lr / 10, lr])),

@@ -177,12 +177,13 @@ def test_suggest_returns_only_valid_fitting_layouts_best_first():
     s = spec("gpt3-175b-128nodes")
     c = Cluster(128, 8, GPUS["H100-SXM"])
     found = planner.suggest(s, c, top=15)
-    assert len(found) == 15
+    splits = {(x.layout.tp, x.layout.pp) for x in planner.candidates(s, c)}
+    assert len(found) == min(15, len(splits)) and len({(x.layout.tp, x.layout.pp) for x in found}) == len(found)
     speeds = [x.tokens_per_second for x in found]
     assert speeds == sorted(speeds, reverse=True)
     for cand in found:
         assert planner.spec_problems(planner._with(s, cand.layout), c.world, 8) == []
-        assert cand.memory_gib <= GPUS["H100-SXM"].memory_gib
+        assert cand.memory_gib <= GPUS["H100-SXM"].memory_gib * 0.9  # SUGGEST_HEADROOM left free
 
 
 def test_suggest_on_too_small_a_cluster_finds_nothing():
@@ -236,7 +237,7 @@ def test_a_measured_gpu_rate_replaces_the_published_peak_and_unmeasured_nodes_ar
     p = planner.plan(s, Cluster(2, 8, GPUS["H100-SXM"], hosts=("a", "b"), rates=(rate,)))
     published = planner.plan(s, Cluster(2, 8, GPUS["H100-SXM"], hosts=("a", "b")))
     assert p.peak.tflops == 700.0 and "not measured: b" in p.peak.text
-    # the measured rate is an isolated GEMM's: in training a large GEMM sustains 0.82 of it, against 0.82 of the H100's
+    # the measured rate is an isolated GEMM's: in training a large GEMM sustains 0.774 of it, against 0.774 of the H100's
     # isolated 0.78 of the published peak; the GEMMs' seconds scale by the ratio of the two rates
     assert p.time.gemm == pytest.approx(published.time.gemm * (989.0 * 0.78) / 700.0, rel=1e-12)
     assert p.tokens_per_second < published.tokens_per_second
@@ -536,10 +537,10 @@ def test_rate_text_and_default_mfu():
     assert planner.rate_text(1.0) == "1.0 TFLOP/s"
     assert planner.rate_text(989.0) == "989.0 TFLOP/s"
     assert planner.default_mfu(Cluster(2, 1, GPUS["cpu"])) == 0.025
-    assert planner.default_mfu(H100x8) == pytest.approx(0.78 * 0.82, rel=1e-12)  # of the published peak: 0.64
+    assert planner.default_mfu(H100x8) == pytest.approx(0.78 * 0.7744, rel=1e-12)  # of the published peak: 0.60
     measured = Cluster(1, 8, GPUS["H100-SXM"], rates=(planner.NodeRate("a", 700.0, 8, "torch-cuda", "bfloat16"),))
-    assert planner.default_mfu(measured) == 0.82  # of an isolated GEMM's measured rate
-    assert planner.default_mfu(Cluster(1, 8, GPUS["A100-80GB"])) == pytest.approx(0.88 * 0.82, rel=1e-12)
+    assert planner.default_mfu(measured) == 0.7744  # of an isolated GEMM's measured rate
+    assert planner.default_mfu(Cluster(1, 8, GPUS["A100-80GB"])) == pytest.approx(0.88 * 0.7744, rel=1e-12)
 
 
 # ---- what plan() reports besides memory
