@@ -12,6 +12,7 @@ from megaprov.errors import UsageError
 from megaprov.training import jobmeta
 from megaprov.training.launchers import slurm
 from tests.conftest import ROOT, load_module
+from tests.helpers import modules
 
 MODULES = ROOT / "ansible_collections" / "megaprov" / "cluster" / "plugins" / "modules"
 slurm_node = load_module(MODULES / "slurm_node.py", "slurm_node_under_test")
@@ -231,3 +232,56 @@ def test_the_allocations_log_hosts_are_host_names_only(tmp_path):
     assert slurm.SlurmLauncher().log_hosts(job) == []  # before any allocation
     nodes.symlink_to("/etc/hostname")
     assert slurm.SlurmLauncher().log_hosts(job) == []  # the cluster user's link is not followed
+
+
+def slurm_tools(tmp_path, monkeypatch, srun_script):
+    """sinfo, scontrol, runuser and srun stand-ins on PATH, printing what Slurm 22.05 prints on a 3-node lab;
+    ``srun_script`` is srun's body (its calls are counted in srun.calls)."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    scripts = {
+        "sinfo": "printf 'node1|idle|\\nnode2|idle|\\nnode3|idle|\\n'",
+        "scontrol": "printf 'NodeName=node1 Gres=(null)\\nNodeName=node2 Gres=(null)\\nNodeName=node3 Gres=(null)\\n'",
+        "runuser": 'shift 3; exec "$@"',  # runuser -u USER -- srun ...
+        "srun": f"echo x >> {tmp_path}/srun.calls\n{srun_script}",
+    }
+    for name, body in scripts.items():
+        (tools / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tools / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    monkeypatch.setattr(slurm_check.time, "sleep", lambda _s: None)
+    return tmp_path / "srun.calls"
+
+
+LAUNCH_TIMEOUT = (
+    "echo node1; echo 'srun: error: timeout waiting for task launch, started 1 of 3 tasks' >&2;"
+    " echo 'srun: launch/slurm: launch_p_step_launch: StepId=1.0 aborted before step completely launched.' >&2; exit 0"
+)
+ARGS = {"nodes": ["node1", "node2", "node3"], "user": "megaprov", "timeout": 5}
+
+
+def test_a_step_whose_tasks_launched_late_is_tried_again(tmp_path, monkeypatch, capsys):
+    """The lab's CI met it under load: srun exits 0 with one of three nodes answered and 'timeout waiting for task
+    launch'; a second step on the same nodes answers from all three."""
+    calls = slurm_tools(
+        tmp_path, monkeypatch, f'if [ "$(wc -l < {tmp_path}/srun.calls)" -lt 2 ]; then {LAUNCH_TIMEOUT}; fi; printf "node1\\nnode2\\nnode3\\n"'
+    )
+    code, result = modules.run_module(slurm_check.main, ARGS, capsys)
+    assert code == 0, result
+    assert "answered from node1, node2, node3" in result["summary"] and "(attempt 2: the tasks did not launch in time before)" in result["summary"]
+    assert len(calls.read_text().split()) == 2
+
+
+def test_a_step_that_never_launches_fails_after_three_tries_and_another_failure_at_once(tmp_path, monkeypatch, capsys):
+    calls = slurm_tools(tmp_path, monkeypatch, LAUNCH_TIMEOUT)
+    code, result = modules.run_module(slurm_check.main, ARGS, capsys)
+    assert code == 1 and len(calls.read_text().split()) == 3
+    assert result["msg"].startswith("srun -N3 hostname as megaprov: rc=0, answered node1 (attempt 3): srun: error: timeout waiting for task launch")
+    calls.unlink()
+    denied = "echo 'srun: error: Unable to allocate resources: Invalid account or account/partition combination specified' >&2; exit 1"
+    slurm_tools_again = tmp_path / "again"
+    slurm_tools_again.mkdir()
+    calls = slurm_tools(slurm_tools_again, monkeypatch, denied)
+    code, result = modules.run_module(slurm_check.main, ARGS, capsys)
+    assert code == 1 and len(calls.read_text().split()) == 1  # not a launch timeout: no second try
+    assert "answered nobody: srun: error: Unable to allocate resources" in result["msg"]

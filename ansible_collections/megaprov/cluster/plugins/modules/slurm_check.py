@@ -16,7 +16,9 @@ description:
     or a node that came back with a new address) gets one C(scontrol reconfigure) and C(scontrol update
     state=resume); a node drained for another reason (the health check, an operator) is reported with its reason.
   - Runs C(srun -N<all> hostname) as O(user) and checks that every node answered (not in check mode, and not
-    while a node runs jobs, for which the step would wait).
+    while a node runs jobs, for which the step would wait). A step whose tasks did not launch in time (srun says
+    "timeout waiting for task launch" or "Socket timed out" when slurmd just restarted or the node is loaded) is
+    tried again, up to 3 times; any other failure fails at once.
   - Compares the Gres of each node (C(scontrol show node)) with O(gres).
   - Resuming a node is the only change it can make (reported as changed); in check mode nothing is resumed.
 options:
@@ -74,6 +76,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 UP = ("idle", "mixed", "allocated", "completing")
+# srun's words for a step whose tasks did not launch in time: slurmd answered late, not a misconfiguration
+LAUNCH_TIMEOUTS = ("timeout waiting for task launch", "Socket timed out", "aborted before step completely launched")
+STEP_ATTEMPTS = 3
 LOST = ("not responding", "node unexpectedly rebooted")
 
 
@@ -162,12 +167,19 @@ def main():
         started = time.monotonic()
         argv = ["runuser", "-u", module.params["user"], "--", "srun", "--immediate=60", "-N%d" % len(nodes), "-w", ",".join(nodes),
                 "--ntasks-per-node=1", "-t", "1", "hostname", "-s"]
-        rc, out, err = module.run_command(argv)
-        answered = sorted(set(out.split()))
-        if rc != 0 or len(answered) != len(nodes):
-            module.fail_json(msg="srun -N%d hostname as %s: rc=%d, answered %s: %s" % (
-                len(nodes), module.params["user"], rc, ",".join(answered) or "nobody", err.strip()[-300:]))
-        step = "; srun -N%d hostname as %s answered from %s in %.1f s" % (len(nodes), module.params["user"], ", ".join(answered), time.monotonic() - started)
+        for attempt in range(1, STEP_ATTEMPTS + 1):
+            rc, out, err = module.run_command(argv)
+            answered = sorted(set(out.split()))
+            if rc == 0 and len(answered) == len(nodes):
+                break
+            if attempt == STEP_ATTEMPTS or not any(words in err for words in LAUNCH_TIMEOUTS):
+                module.fail_json(msg="srun -N%d hostname as %s: rc=%d, answered %s%s: %s" % (
+                    len(nodes), module.params["user"], rc, ",".join(answered) or "nobody",
+                    " (attempt %d)" % attempt if attempt > 1 else "", err.strip()[-300:]))
+            time.sleep(5)
+        retried = " (attempt %d: the tasks did not launch in time before)" % attempt if attempt > 1 else ""
+        step = "; srun -N%d hostname as %s answered from %s in %.1f s%s" % (
+            len(nodes), module.params["user"], ", ".join(answered), time.monotonic() - started, retried)
         # The step's epilog ran (or runs) on every node: a node it drained ("Epilog error") is not fit for jobs.
         after = time.monotonic() + 30
         while True:
