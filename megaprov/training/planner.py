@@ -715,12 +715,13 @@ def links(layout: Layout, cluster: Cluster) -> tuple[float, float, float, float]
     return group(t, gpn), nic, group(reduction, gpn // t), group(t * c, min(c, gpn // t))
 
 
-def work(spec: JobSpec, layout: Layout, cluster: Cluster) -> throughput.Work:
-    """The iteration of ``spec`` on ``layout``, in the sizes the step-time model needs."""
+def work(spec: JobSpec, layout: Layout, cluster: Cluster, mem: Memory | None = None) -> throughput.Work:
+    """The iteration of ``spec`` on ``layout``, in the sizes the step-time model needs (``mem``: the layout's
+    :func:`memory`, when the caller has it)."""
     m, t, p = spec.model, spec.train, spec.parallel
     dp = max(cluster.world // (layout.tp * layout.pp * layout.cp), 1)
     kv_ch = m.hidden_size // m.num_attention_heads
-    stage = memory(spec, layout, cluster).parameters
+    stage = (mem or memory(spec, layout, cluster)).parameters
     return throughput.Work(
         tokens=layout.micro_batch * m.seq_length // layout.cp,
         seq=m.seq_length,
@@ -752,7 +753,7 @@ def work(spec: JobSpec, layout: Layout, cluster: Cluster) -> throughput.Work:
     )
 
 
-def step_time(spec: JobSpec, layout: Layout, cluster: Cluster, share: float | None = None) -> throughput.StepTime:
+def step_time(spec: JobSpec, layout: Layout, cluster: Cluster, share: float | None = None, mem: Memory | None = None) -> throughput.StepTime:
     """The step-time model's iteration of a layout on a GPU cluster, by mechanism (``share``: of the per-rank rate
     that a large GEMM reaches; default :func:`default_mfu`)."""
     tp_link, pp_link, dp_link, cp_link = links(layout, cluster)
@@ -764,7 +765,7 @@ def step_time(spec: JobSpec, layout: Layout, cluster: Cluster, share: float | No
         dp_link=dp_link,
         cp_link=cp_link,
     )
-    return throughput.step_time(work(spec, layout, cluster), hw)
+    return throughput.step_time(work(spec, layout, cluster, mem), hw)
 
 
 def job_rates(cluster: Cluster) -> tuple[NodeRate, ...]:
@@ -812,7 +813,9 @@ def _peak(cluster: Cluster, spec: JobSpec) -> float:
     return rank_peak(cluster, spec).tflops * 1e12
 
 
-def _timing(spec: JobSpec, layout: Layout, cluster: Cluster, mfu: float) -> tuple[float, float, float, throughput.StepTime | None]:
+def _timing(
+    spec: JobSpec, layout: Layout, cluster: Cluster, mfu: float, mem: Memory | None = None
+) -> tuple[float, float, float, throughput.StepTime | None]:
     """(estimated MFU, seconds per iteration, tokens per second, the step by mechanism) for a layout: on GPUs from the
     step-time model, on the CPU lab from its measured calibration (``CPU_MFU``)."""
     vocab = padded_vocab(tokenizer_vocab(spec) or 0, spec.model.make_vocab_size_divisible_by, layout.tp)
@@ -824,7 +827,7 @@ def _timing(spec: JobSpec, layout: Layout, cluster: Cluster, mfu: float) -> tupl
         est_mfu = mfu * _lab_efficiency(spec, layout)
         step = flops * (1 + _recompute_overhead(spec, vocab, layout.recompute)) / (world * peak * est_mfu)
         return est_mfu, step, tokens / step, None
-    parts = step_time(spec, layout, cluster, mfu)
+    parts = step_time(spec, layout, cluster, mfu, mem)
     step = parts.total
     return flops / (step * world * peak), step, tokens / step, parts
 
@@ -886,7 +889,7 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> Plan:
     dp = cluster.world // model_parallel
     vocab = padded_vocab(tokenizer_vocab(spec) or 0, spec.model.make_vocab_size_divisible_by, layout.tp)
     mem = memory(spec, layout, cluster)
-    est_mfu, step, tps, parts = _timing(spec, layout, cluster, mfu)
+    est_mfu, step, tps, parts = _timing(spec, layout, cluster, mfu, mem)
     warnings = []
     if layout.tp > 1 and not layout.sequence_parallel:
         warnings.append("parallel.sequence_parallel is off with tensor > 1: activations are not split (turn it on to save memory)")
@@ -957,7 +960,7 @@ def candidates(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> lis
                 mem = memory(spec, layout, cluster)
                 if mem.fits is False or (mem.capacity and mem.total > mem.capacity * (1 - SUGGEST_HEADROOM)):
                     continue
-                est, step, tok, parts = _timing(spec, layout, cluster, mfu)
+                est, step, tok, parts = _timing(spec, layout, cluster, mfu, mem)
                 results.append(Candidate(layout, dp, mem.total / GIB, est, step, tok, parts))
     results.sort(key=lambda c: (-round(c.tokens_per_second, 6), c.memory_gib))
     return results
