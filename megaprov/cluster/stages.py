@@ -1,4 +1,7 @@
-"""The bootstrap stages: playbook, tag and what each does (kept in sync with playbooks/ by a test)."""
+"""The bootstrap stages: playbook, tag and what each does (kept in sync with playbooks/ by a test).
+
+The one place the stage descriptions live: tools/gen-docs.py writes docs/reference/stages.md and the collection's
+README from STAGES."""
 
 from __future__ import annotations
 
