@@ -15,6 +15,40 @@ sys.path.insert(0, str(ROOT))
 from tests.molecule import reports  # noqa: E402 (after the path insert)
 
 SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
+# What every scenario shares (driver, provisioner, verifier, test sequence); Molecule finds it at the repository root.
+BASE_CONFIG = ROOT / ".config" / "molecule" / "config.yml"
+
+
+def scenario_config(scenario: str) -> dict:
+    """The scenario's molecule.yml deep-merged over the base config, by Molecule's own merge (its ${VARIABLES} left
+    as written: only names and sequences are read from it)."""
+    from molecule.util import merge_dicts
+
+    base = yaml.safe_load(BASE_CONFIG.read_text()) or {}
+    return merge_dicts(base, yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text()) or {})
+
+
+def sequence_of(config: dict) -> list[str]:
+    from molecule.constants import DEFAULT_CONFIG  # `molecule test`'s sequence where no config names one
+
+    return (config.get("scenario") or {}).get("test_sequence", DEFAULT_CONFIG["scenario"]["test_sequence"])
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_step_of_a_scenarios_sequence_has_its_playbook(scenario):
+    """A step whose playbook is missing is skipped with a note, not run: the shared sequence's prepare, or a
+    side_effect, must be the scenario's own file. And every scenario runs idempotence and verify, on podman."""
+    config = scenario_config(scenario)
+    sequence = sequence_of(config)
+    assert "idempotence" in sequence and "verify" in sequence, sequence
+    assert config["driver"]["name"] == "podman" and config["verifier"]["name"] == "testinfra"
+    playbooks = (config.get("provisioner") or {}).get("playbooks") or {}
+    for step in ("prepare", "converge", "side_effect"):
+        if step in sequence or step == "converge":
+            playbook = ROOT / "molecule" / scenario / playbooks.get(step, f"{step}.yml")
+            assert playbook.is_file(), f"{scenario}: its sequence runs {step}, and {playbook} is missing"
+        else:
+            assert not (ROOT / "molecule" / scenario / f"{step}.yml").exists(), f"{scenario}: {step}.yml is never run"
 
 
 def test_every_role_has_a_scenario():
@@ -32,8 +66,6 @@ def test_molecule_scenario(scenario, tmp_path):
     """Judged from Molecule's exit code and two machine-readable reports (tests/molecule/reports.py): the testinfra
     verifier's JUnit XML (pytest's --junitxml through PYTEST_ADDOPTS) and ansible-core's junit callback's report of
     the idempotence step's playbook run. Neither needs a line in the scenario: they work for every scenario."""
-    from molecule.constants import DEFAULT_CONFIG  # `molecule test`'s sequence where a scenario names none
-
     from megaprov.cluster import wheelhouse
     from tests.fixtures import build as fixtures
     from tests.fixtures import upstream
@@ -41,8 +73,8 @@ def test_molecule_scenario(scenario, tmp_path):
     if scenario == "python_stack":  # the megatron role against Megatron-LM's real tree (the fixture remote is made of it)
         upstream.need_megatron()
 
-    config = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text())
-    sequence = (config.get("scenario") or {}).get("test_sequence", DEFAULT_CONFIG["scenario"]["test_sequence"])
+    config = scenario_config(scenario)
+    sequence = sequence_of(config)
     assert "idempotence" in sequence and "verify" in sequence, f"{scenario}: the test sequence must run idempotence and verify: {sequence}"
     converge = ((config.get("provisioner") or {}).get("playbooks") or {}).get("converge", "converge.yml")
     verify_xml, ansible_dir = tmp_path / "verify.xml", tmp_path / "ansible"

@@ -1,31 +1,7 @@
-"""The scenario's nodes, by the groups of Molecule's inventory (molecule.yml), reached through podman exec.
+"""The nfs scenario's own helpers; the hosts, by the groups of Molecule's inventory (molecule.yml), and the helpers
+every multi-node scenario shares are in tests/molecule/inventory.py."""
 
-testinfra's ansible backend is ~30x slower here, and the podman connection of Molecule's inventory is one testinfra
-cannot map to a backend of its own: the inventory names the hosts, `podman://` reaches them.
-"""
-
-import os
-
-import testinfra
-from testinfra.utils.ansible_runner import AnsibleRunner
-
-os.environ.setdefault("CONTAINERS_CONF", os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), "megaprov", "cluster", "lab_files", "containers.conf"))
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-
-
-def names(group):
-    found = INVENTORY.get_hosts(group)
-    assert found, f"Molecule's inventory has no host in group {group}"
-    return found
-
-
-def specs(group):
-    """testinfra host specs of a group, for a module's testinfra_hosts."""
-    return [f"podman://{INVENTORY.get_variables(name).get('ansible_host', name)}" for name in names(group)]
-
-
-def node(name):
-    return testinfra.get_host(f"podman://{INVENTORY.get_variables(name).get('ansible_host', name)}")
+from tests.molecule.inventory import names, node
 
 
 def server():

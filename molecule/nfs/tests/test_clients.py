@@ -2,7 +2,9 @@
 
 import uuid
 
-from conftest import address, names, node, server, specs
+from conftest import address, server
+
+from tests.molecule.inventory import names, node, specs
 
 testinfra_hosts = specs("nfs_libnfs_clients")
 

@@ -1,7 +1,8 @@
 """nfs_client_mode existing on the server node: it uses the export's directory, which podman mounted, as a site file
 system it did not mount (Lustre, GPFS, Weka on a real cluster). It must not mount, install or record anything."""
 
-from conftest import names, specs
+
+from tests.molecule.inventory import names, specs
 
 testinfra_hosts = specs("nfs_server")
 

@@ -8,7 +8,9 @@ import ipaddress
 import json
 
 import pytest
-from conftest import address, names, node, specs
+from conftest import address
+
+from tests.molecule.inventory import names, node, specs
 
 testinfra_hosts = specs("nfs_kernel_probe")
 EXPORT = "/srv/megaprov-export"  # side_effect.yml's nfs_server_export_dir

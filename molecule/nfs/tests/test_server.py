@@ -1,6 +1,7 @@
 """NFS-Ganesha on nfs1: the service, the export, the layout, and every node's check file."""
 
-from conftest import names, specs
+
+from tests.molecule.inventory import names, specs
 
 testinfra_hosts = specs("nfs_server")
 

@@ -3,9 +3,12 @@ head, and the alerts that fire when something breaks."""
 
 import json
 import shlex
+from pathlib import Path
 
 import yaml
-from conftest import PROJECT, address, api, names, node, wait
+from conftest import address, api
+
+from tests.molecule.inventory import PROJECT, names, node, wait
 
 RULES = yaml.safe_load(open(f"{PROJECT}/ansible_collections/megaprov/cluster/roles/prometheus/files/rules/megaprov.rules.yml"))
 HEAD = names("head")[0]
@@ -65,6 +68,17 @@ def test_the_gpu_collector_exports_the_replayed_gpus():
     assert len(util) == 8 and all(0.0 <= float(r["value"][1]) <= 1.0 for r in util)
     assert query(f'megaprov_gpu_collector_success{{node="{gpu_node}"}}')[0]["value"][1] == "1"
     assert query(f'megaprov_node_gpus_expected{{node="{gpu_node}"}}')[0]["value"][1] == "8"
+
+
+def test_the_collector_s_parsers_are_the_collection_s_own():
+    """The GPU collector imports the collection's Xid parser and nvidia-smi queries from beside itself: the role puts
+    the module_utils files there, byte for byte, root's and read-only to others."""
+    gpu_node = node(names("gpu_nodes")[0])
+    for name in ("xid.py", "gpu_query.py"):
+        installed = gpu_node.file(f"/usr/local/lib/megaprov/{name}")
+        shipped = Path(PROJECT) / "ansible_collections/megaprov/cluster/plugins/module_utils" / name
+        assert installed.user == "root" and installed.mode == 0o644
+        assert installed.content_string == shipped.read_text()
 
 
 def test_a_line_logged_on_a_node_is_found_on_the_head():

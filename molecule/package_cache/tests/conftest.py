@@ -1,34 +1,15 @@
-"""The scenario's hosts, by the groups of Molecule's inventory (molecule.yml), reached through podman exec.
-
-testinfra's ansible backend is ~30x slower here, and the podman connection of Molecule's inventory is one testinfra
-cannot map to a backend of its own: the inventory names the hosts, `podman://` reaches them.
-"""
+"""The package_cache scenario's own helpers; the hosts, by the groups of Molecule's inventory (molecule.yml), and the
+helpers every multi-node scenario shares are in tests/molecule/inventory.py."""
 
 import json
-import os
 
-import testinfra
-from testinfra.utils.ansible_runner import AnsibleRunner
+from tests.molecule.inventory import controller, names, node
 
-PROJECT = os.environ.get("MOLECULE_PROJECT_DIRECTORY", ".")
-os.environ.setdefault("CONTAINERS_CONF", os.path.join(PROJECT, "megaprov", "cluster", "lab_files", "containers.conf"))
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
 LOG = "/var/log/apt-cacher-ng/apt-cacher.log"
 
 
-def names(group):
-    found = INVENTORY.get_hosts(group)
-    assert found, f"Molecule's inventory has no host in group {group}"
-    return found
-
-
-def node(name):
-    return testinfra.get_host(f"podman://{INVENTORY.get_variables(name).get('ansible_host', name)}")
-
-
 def head():
-    (name,) = names("head")
-    return node(name)
+    return controller()
 
 
 def worker():

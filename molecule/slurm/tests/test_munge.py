@@ -2,9 +2,11 @@
 generated at install (prepare.yml recorded its checksum), and credentials that decode across nodes."""
 
 import itertools
+import shlex
 
 import pytest
-from conftest import controller, names, node, quote
+
+from tests.molecule.inventory import controller, names, node
 
 NODES = names("all")
 PAIRS = list(itertools.permutations(NODES, 2))
@@ -48,7 +50,7 @@ def test_munge_runs(name):
 def test_a_credential_made_on_one_node_decodes_on_another(source, target):
     credential = node(source).check_output("munge -n")
     assert credential.startswith("MUNGE:"), credential
-    out = node(target).run(f"printf '%s\\n' {quote(credential)} | unmunge")
+    out = node(target).run(f"printf '%s\\n' {shlex.quote(credential)} | unmunge")
     assert out.rc == 0, (out.rc, out.stdout, out.stderr)
     fields = dict(line.split(":", 1) for line in out.stdout.splitlines() if ":" in line)
     assert fields["STATUS"].strip() == "Success (0)", out.stdout

@@ -3,7 +3,9 @@ node idle with the Gres its slurm_gpus_per_node says, jobs placed by the cluster
 refused, the health check draining and resuming a node, and the epilog killing what a job left behind."""
 
 import pytest
-from conftest import USER, as_user, controller, names, node, node_states, variable, wait_for
+from conftest import node_states
+
+from tests.molecule.inventory import USER, as_user, controller, names, node, variable, wait
 
 HEAD = names("head")
 COMPUTE = names("gpu_nodes")
@@ -92,7 +94,7 @@ def gpu_device_gone():
     finally:
         host.run("test -c /dev/nvidia1 || mknod -m 0666 /dev/nvidia1 c 1 5")
         host.run(HEALTH)
-        if not wait_for(lambda: node_states().get(SICK, ("", ""))[0] == "idle", timeout=30):
+        if not wait(lambda: node_states().get(SICK, ("", ""))[0] == "idle", timeout=30):
             controller().run(f"scontrol update nodename={SICK} state=resume")
 
 
@@ -103,7 +105,7 @@ def test_the_health_check_drains_a_node_missing_a_gpu_and_resumes_it(gpu_device_
     assert node_states()[SICK][0] == "idle"  # --dry-run changes nothing
 
     host.check_output(HEALTH)
-    drained = wait_for(lambda: reasons().get(SICK, "").startswith("megaprov health:"), timeout=20)
+    drained = wait(lambda: reasons().get(SICK, "").startswith("megaprov health:"), timeout=20)
     assert drained, f"sinfo -R: {reasons()}"
     assert reasons()[SICK] == "megaprov health: /dev/nvidia1 missing"
     assert node_states()[SICK][0] in ("drained", "draining")
@@ -113,7 +115,7 @@ def test_the_health_check_drains_a_node_missing_a_gpu_and_resumes_it(gpu_device_
     host.check_output("mknod -m 0666 /dev/nvidia1 c 1 5")
     assert host.run(f"{HEALTH} --dry-run").stdout.strip() == "healthy"
     host.check_output(HEALTH)
-    assert wait_for(lambda: node_states()[SICK] == ("idle", ""), timeout=20), node_states()
+    assert wait(lambda: node_states()[SICK] == ("idle", ""), timeout=20), node_states()
     assert SICK not in reasons()
 
 
@@ -145,11 +147,11 @@ def test_the_epilog_kills_what_a_job_left_behind():
     assert out.rc == 0, (out.rc, out.stdout, out.stderr)
     job = out.stdout.strip()
     assert job.isdigit(), out.stdout
-    assert wait_for(lambda: strays(host) == [], timeout=30), f"left on {name}: {strays(host)}"
+    assert wait(lambda: strays(host) == [], timeout=30), f"left on {name}: {strays(host)}"
     # the epilog (not the step's end) killed it, and says so
     log = host.check_output("journalctl -q -t megaprov-slurm-epilog -o cat")
     assert f"job {job}: killing 1 process(es) left behind" in log, log
-    assert wait_for(lambda: node_states()[name] == ("idle", ""), timeout=20), node_states()
+    assert wait(lambda: node_states()[name] == ("idle", ""), timeout=20), node_states()
 
 
 def test_accounting_records_jobs_and_keeps_its_password_private():
@@ -172,6 +174,6 @@ def test_accounting_records_jobs_and_keeps_its_password_private():
         rows = head.check_output(f"sacct -n -X -P -u {USER} -o JobID,State").splitlines()
         return [row.split("|")[1] for row in rows if "|" in row]
 
-    assert wait_for(lambda: "COMPLETED" in states(), timeout=30), head.run(f"sacct -n -X -u {USER}").stdout
+    assert wait(lambda: "COMPLETED" in states(), timeout=30), head.run(f"sacct -n -X -u {USER}").stdout
     # the cluster is registered with slurmdbd
     assert "megaprov" in head.check_output("sacctmgr -n -P show cluster format=cluster").split()

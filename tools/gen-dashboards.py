@@ -1,7 +1,7 @@
-"""Write the grafana role's dashboards from megaprov/ops/dashboards.py, or check that the committed ones are current.
+"""Write the grafana role's dashboards from tools/dashboards.py, or check that the committed ones are current.
 
-    python scripts/gen-dashboards.py           # (re)write roles/grafana/files/dashboards/*.json
-    python scripts/gen-dashboards.py --check   # exit 1, naming the files, when they differ from the generator's output
+    python tools/gen-dashboards.py           # (re)write roles/grafana/files/dashboards/*.json
+    python tools/gen-dashboards.py --check   # exit 1, naming the files, when they differ from the generator's output
 
 A JSON file in that directory that the generator does not produce is removed (or, with --check, reported).
 """
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
-    from megaprov.ops.dashboards import rendered
+    from tools.dashboards import rendered
 
     wanted = rendered()
     directory: Path = args.dir
@@ -32,9 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     extra = sorted(present - set(wanted))
     if args.check:
         for name in stale:
-            print(f"{directory / name}: differs from megaprov/ops/dashboards.py (run scripts/gen-dashboards.py)", file=sys.stderr)
+            print(f"{directory / name}: differs from tools/dashboards.py (run tools/gen-dashboards.py)", file=sys.stderr)
         for name in extra:
-            print(f"{directory / name}: not a generated dashboard (remove it, or run scripts/gen-dashboards.py)", file=sys.stderr)
+            print(f"{directory / name}: not a generated dashboard (remove it, or run tools/gen-dashboards.py)", file=sys.stderr)
         return 1 if stale or extra else 0
     directory.mkdir(parents=True, exist_ok=True)
     for name in stale:

@@ -1,4 +1,4 @@
-"""The observe stage's Grafana dashboards (megaprov/ops/dashboards.py and the grafana role's committed JSON).
+"""The observe stage's Grafana dashboards (tools/dashboards.py and the grafana role's committed JSON).
 
 Grafana is not installed here, so the dashboards are checked against Grafana's own dashboard schema through
 grafana-foundation-sdk, Grafana Labs' types generated from that schema (the CUE kinds of the dashboard and of every
@@ -42,8 +42,8 @@ from grafana_foundation_sdk.cog.runtime import UnknownDataquery, panelcfg_config
 from grafana_foundation_sdk.models import dashboard as sdk_dashboard
 from grafana_foundation_sdk.models import units as sdk_units
 
-from megaprov.ops import dashboards as gen
 from tests.helpers.metrics import CONTRACT_METRICS
+from tools import dashboards as gen
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "ansible_collections" / "megaprov" / "cluster" / "roles" / "grafana"
@@ -211,11 +211,11 @@ def test_the_committed_dashboards_are_the_three_with_fixed_uids():
 
 
 def test_the_committed_files_are_the_generators_output():
-    """A change to megaprov/ops/dashboards.py without `python scripts/gen-dashboards.py` fails here."""
+    """A change to tools/dashboards.py without `python tools/gen-dashboards.py` fails here."""
     wanted = gen.rendered()
     assert set(wanted) == {path.name for path in DASHBOARD_DIR.glob("*.json")}
     for name, text in wanted.items():
-        assert (DASHBOARD_DIR / name).read_text(encoding="utf-8") == text, f"{name}: run python scripts/gen-dashboards.py"
+        assert (DASHBOARD_DIR / name).read_text(encoding="utf-8") == text, f"{name}: run python tools/gen-dashboards.py"
 
 
 def test_the_generator_is_pure():
@@ -536,7 +536,7 @@ def test_the_job_dashboard():
 
 
 def _script(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "gen-dashboards.py"), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "gen-dashboards.py"), *args], capture_output=True, text=True, timeout=120)
 
 
 def test_gen_dashboards_check_passes_on_the_committed_files():

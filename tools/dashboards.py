@@ -2,8 +2,8 @@
 
 Grafana is not installed where megaprov is developed, so its dashboards are not drawn in Grafana's editor and
 exported: they are built here, by pure functions, as the JSON model Grafana's file provisioning reads, and written
-into the grafana role (``roles/grafana/files/dashboards/*.json``) by ``scripts/gen-dashboards.py``. The committed files
-are tested against Grafana's own dashboard schema (tests/unit/test_dashboards.py, through grafana-foundation-sdk's
+into the grafana role (``roles/grafana/files/dashboards/*.json``) by ``tools/gen-dashboards.py``. The committed files
+are tested against Grafana's own dashboard schema (tests/tools/test_dashboards.py, through grafana-foundation-sdk's
 models, which are generated from it) and against this output, so a change here is a change there only once it is
 regenerated.
 
@@ -297,7 +297,7 @@ def dashboard(uid: str, title: str, description: str, rows: Sequence[Row], varia
         "title": title,
         "description": description,
         "tags": [TAG],
-        "editable": False,  # generated: change megaprov/ops/dashboards.py and regenerate
+        "editable": False,  # generated: change tools/dashboards.py and regenerate
         "graphTooltip": 1,  # shared crosshair
         "timezone": "browser",
         "time": {"from": "now-6h", "to": "now"},
