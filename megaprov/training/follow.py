@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.megaprov.cluster.plugins.module_utils import gpu_query
 from megaprov import untrusted
 from megaprov.owner import as_owner_of
 
@@ -281,23 +282,25 @@ class LogReader:
 
 
 def gpu_samples(path: Path, root: Path | None) -> list[dict[str, float]]:
-    """nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used,memory.total csv lines, parsed (its last
-    MAX_CSV_BYTES; a missing file has none; a link, FIFO or directory in its place is refused)."""
+    """The job's nvidia-smi samples (gpu_query.SAMPLES, as render.GPU_QUERY asks them), parsed (its last MAX_CSV_BYTES; a
+    missing file has none; a link, FIFO or directory in its place is refused)."""
     rows: list[dict[str, float]] = []
     try:
         text = untrusted.read_text(path, "GPU samples", MAX_CSV_BYTES, root, tail=True, strict=False)
     except untrusted.Missing:
         return rows
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 5:
-            continue
+    for sample in gpu_query.rows(text, gpu_query.SAMPLES):
         try:
-            row = {"gpu": float(parts[1]), "util": float(parts[2]), "mem_used": float(parts[3]), "mem_total": float(parts[4])}
+            row = {
+                "gpu": float(sample["index"]),
+                "util": float(sample["utilization.gpu"]),
+                "mem_used": float(sample["memory.used"]),
+                "mem_total": float(sample["memory.total"]),
+            }
         except ValueError:
             continue  # "[N/A]" or a torn line
         try:  # nvidia-smi's local time, "2026/11/30 01:00:00.000"; compared with Megatron's local timestamps
-            row["at"] = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            row["at"] = datetime.strptime(sample["timestamp"], "%Y/%m/%d %H:%M:%S.%f").timestamp()
         except ValueError:
             pass
         rows.append(row)

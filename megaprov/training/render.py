@@ -20,6 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from ansible_collections.megaprov.cluster.plugins.module_utils import gpu_query
 from megaprov import values
 from megaprov.training import planner
 from megaprov.training.jobspec import PINNED_MEGATRON, JobSpec, JobSpecError, Problem
@@ -538,7 +539,7 @@ REAP_FUNCTION = r"""reap_job() {
 
 START_LINE = "megaprov: node {host} (node rank {rank}): torchrun starting at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
 EXIT_LINE = "megaprov: node {host} (node rank {rank}): torchrun exited with $rc at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
-GPU_QUERY = "timestamp,index,utilization.gpu,memory.used,memory.total"
+GPU_QUERY = ",".join(gpu_query.SAMPLES)  # follow.gpu_samples reads the answer by these names
 
 
 def _script(

@@ -74,7 +74,7 @@ def job_context(job_dir: Path) -> dict[str, Any]:
     """What the OOM advice needs from a job directory: the planner's memory estimate and the single layout changes
     that bring it to 80 % of that estimate (the estimate was too low: the job ran out of memory). Best effort: a job
     directory without a readable spec or plan gives the generic advice."""
-    from megaprov.training import launch, planner
+    from megaprov.training import planner, target
 
     try:
         # Only the three fields the estimate needs, each typed (the rest of job.json is no concern of the advice).
@@ -86,7 +86,7 @@ def job_context(job_dir: Path) -> dict[str, Any]:
         gpu = planner.gpu_named(values.model_name(meta.get("gpu", ""), "gpu"))
         if gpu is None or gpu.memory_gib <= 0:
             return {}
-        spec, _ = launch.read(str(job_dir / "spec.yml"), untrusted.job_root(job_dir))
+        spec, _ = target.read(str(job_dir / "spec.yml"), untrusted.job_root(job_dir))
         cluster = planner.Cluster(nodes, per_node, gpu)
         estimate = planner.memory(spec, planner.Layout.of(spec), cluster).total / planner.GIB
     except (OSError, ValueError, KeyError, TypeError, UsageError):

@@ -21,7 +21,7 @@ MAX_LOG_BYTES = 256 * 1024 * 1024  # one log file read: its last 256 MiB
 MAX_LINE = 4096  # characters of a line looked at
 # The bound per log, for `megaprov doctor --help`; the bounds in signatures make it hold: besides one chunk and its lines, the
 # scan keeps at most MAX_FINDINGS findings (and their keys: a line each), 2 x MAX_POINTS points and MAX_NODES node
-# names of at most 255 characters. tests/unit/test_doctor_bounded.py measures it on the worst logs it knows.
+# names of at most 255 characters. tests/unit/ops/test_doctor_bounded.py measures it on the worst logs it knows.
 LOG_MEMORY = 64 * 1024 * 1024
 LOG_BOUNDS = (
     f"doctor reads each log once, as a stream (at most its last {MAX_LOG_BYTES >> 20} MiB, lines cut at {MAX_LINE:,}"

@@ -8,7 +8,7 @@ services megaprov enabled. quick (a minute): DCGM's level-1 diagnostic and all_r
 against the platform's figure and the baseline the nccl stage recorded. deep (minutes): DCGM level 3 and
 all_reduce_perf between pairs of nodes in two rounds that re-pair them, to tell a bad node from a bad link.
 
-``judge`` is pure (tests/unit/test_doctor_health.py); ``examine`` runs the play through ansible-runner."""
+``judge`` is pure (tests/unit/ops/test_doctor_health.py); ``examine`` runs the play through ansible-runner."""
 
 from __future__ import annotations
 

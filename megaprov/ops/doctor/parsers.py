@@ -4,11 +4,12 @@ table is parsed where it runs, by the nccl_check module."""
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from ansible_collections.megaprov.cluster.plugins.module_utils import gpu_query
 
 NA = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", "")
 
@@ -48,13 +49,9 @@ def _yes(text: str) -> bool | None:
 
 
 def csv_rows(text: str, fields: str) -> list[dict[str, str]]:
-    """``nvidia-smi --query-*=FIELDS --format=csv,noheader,nounits``: one dict per line, the fields in the order asked."""
-    names = [f.strip() for f in fields.split(",")]
-    return [
-        dict(zip(names, (c.strip() for c in row), strict=True))
-        for row in csv.reader(text.splitlines(), skipinitialspace=True)
-        if len(row) == len(names)
-    ]
+    """``nvidia-smi --query-*=FIELDS --format=csv,noheader``: one dict per line by field name. ``fields`` is the query as
+    the doctor_probe module reports it (gpu_query.HEALTH, gpu_query.REMAPPED, comma-separated)."""
+    return gpu_query.rows(text, [f.strip() for f in fields.split(",")])
 
 
 def _bus(bus_id: str) -> str:
@@ -64,7 +61,8 @@ def _bus(bus_id: str) -> str:
 
 def nvidia_smi_query(text: str, fields: str, remapped: str = "", remapped_fields: str = "") -> list[Gpu]:
     """``nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits``, and its ``--query-remapped-rows`` output joined by
-    bus id: one GPU per line. A GPU without row remapping (before Ampere) prints N/A there: None."""
+    bus id: one GPU per line, read by field name (any query that has the fields below). A GPU without row remapping
+    (before Ampere) prints N/A there: None."""
     remaps = {_bus(r.get("gpu_bus_id", "")): r for r in csv_rows(remapped, remapped_fields)} if remapped else {}
     gpus = []
     for value in csv_rows(text, fields):

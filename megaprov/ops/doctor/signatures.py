@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
+from ansible_collections.megaprov.cluster.plugins.module_utils import xid as nvidia_xid
 from megaprov import untrusted, values
 from megaprov.errors import UsageError
 from megaprov.ops.doctor.findings import MAX_LINE, MAX_LOG_BYTES, XID_ACTION_FIX, Finding, finding
@@ -185,9 +186,11 @@ def _oom_killer(m: re.Match[str], ctx: Context) -> tuple[str, str]:
 def _xid(m: re.Match[str], ctx: Context) -> tuple[str, str]:
     from megaprov.ops.doctor import xid as xids
 
-    entry = xids.lookup(int(m["xid"]))
+    event = nvidia_xid.from_match(m)
+    entry = xids.lookup(event.xid)
+    gpu = f"{event.address} ({event.instance})" if event.instance else event.address
     return (
-        f"GPU {m['pci']} reported Xid {entry.number} ({entry.name}): {entry.note}",
+        f"GPU {gpu} reported Xid {entry.number} ({entry.name}): {entry.note}",
         XID_ACTION_FIX.get(entry.action, "see NVIDIA's Xid catalogue"),
     )
 
@@ -202,7 +205,7 @@ def _xid_severity(m: re.Match[str]) -> str:
 # pattern may try far from many places (``.*X`` after a fixed text that repeats, a class that both sides of a gap
 # share): a gap between two fixed parts of a message is bounded ({0,256}, far more than any message puts there), a gap
 # after a bracket stops at the next one, a run that a gap could also take is possessive (``\d++``), and a line without
-# the rule's fixed text (``needs``) is not searched. tests/unit/test_doctor_bounded.py holds each pattern's work on a
+# the rule's fixed text (``needs``) is not searched. tests/unit/ops/test_doctor_bounded.py holds each pattern's work on a
 # long line to a multiple of its work on a short one.
 RULES: tuple[Rule, ...] = (
     # torch c10/cuda/CUDACachingAllocator.cpp: "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is free."
@@ -336,20 +339,9 @@ RULES: tuple[Rule, ...] = (
         _killed,
         needs=("received by PID", "failed (exitcode: "),
     ),
-    # NVIDIA driver (open-gpu-kernel-modules, nvErrorLog): "NVRM: Xid (PCI:%04x:%02x:%02x): %d, ..."; on a MIG GPU the
-    # instance follows inside the parenthesis ("NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 31, ..."), and the
-    # oldest drivers print no "PCI:" ("NVRM: Xid (0000:03:00): 14, ..."). The node collector (roles/node_exporter/files/
-    # megaprov_gpu_metrics.py, XID_LINE) reads the same three; a test keeps the two in agreement on every form.
-    Rule(
-        "GPU_XID",
-        re.compile(
-            r"NVRM: Xid \((?P<pci>(?:PCI:)?[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)(?: [^()]{0,64})?\):"
-            r" (?P<xid>[0-9]{1,5})(?![0-9])(?:, ?(?P<text>.*))?"
-        ),
-        _xid,
-        _xid_severity,
-        needs=("NVRM: Xid (",),
-    ),
+    # NVIDIA driver: "NVRM: Xid (PCI:0000:3b:00): 79, ...", the MIG and the oldest forms included. The pattern is the
+    # collection's (module_utils/xid.py), the one the node collector counts Xids with.
+    Rule("GPU_XID", nvidia_xid.LINE, _xid, _xid_severity, needs=(nvidia_xid.MARKER,)),
     # CUDA runtime: cudaErrorECCUncorrectable's string
     Rule("GPU_ECC", re.compile(r"uncorrectable ECC error encountered"), needs=("uncorrectable ECC error encountered",)),
 )
@@ -479,7 +471,8 @@ class _Scan:
 def _dedup_key(rule: Rule, m: re.Match[str]) -> str:
     """Lines that say the same thing once (every rank prints the same OOM, every ring the same peer)."""
     if rule.code == "GPU_XID":
-        return f"{m['pci']}:{m['xid']}"
+        event = nvidia_xid.from_match(m)
+        return f"{event.address}:{event.xid}"
     if rule.code in (
         "NCCL_SYSTEM_ERROR",
         "NCCL_LOOPBACK",

@@ -115,15 +115,11 @@ import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.megaprov.cluster.plugins.module_utils import pci
+from ansible_collections.megaprov.cluster.plugins.module_utils import gpu_query, pci
 
-# The nvidia-smi --query-gpu fields doctor judges (megaprov/ops/doctor/parsers.py reads them in this order).
-SMI_FIELDS = (
-    "index,pci.bus_id,name,ecc.errors.uncorrected.volatile.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
-    "pcie.link.width.max,driver_version"
-)
-# Row remapping (Ampere and later) has a query of its own (nvidia-smi --help-query-remapped-rows).
-REMAP_FIELDS = "gpu_bus_id,remapped_rows.pending,remapped_rows.failure"
+# The nvidia-smi fields doctor judges, reported with the answers: megaprov/ops/doctor/parsers.py reads them by name.
+SMI_FIELDS = ",".join(gpu_query.HEALTH)
+REMAP_FIELDS = ",".join(gpu_query.REMAPPED)
 KERNEL_PATTERN = re.compile(
     r"NVRM|Xid|[Oo]ut of memory|oom-kill|oom_reaper|mlx5|ib_core|\bibp\w*:|nvidia-peermem|NVSwitch|nvidia-fabricmanager", re.IGNORECASE
 )
@@ -292,10 +288,10 @@ def main():
     result["versions"] = versions(module, p["venv"], p["cuda_home"])
     result["disks"] = disks(p["paths"])
     result["services"] = services(module, p["services"])
-    rc, out, err = _run(module, ["nvidia-smi", "--query-gpu=" + SMI_FIELDS, "--format=csv,noheader,nounits"], 60)
+    rc, out, err = _run(module, gpu_query.query_gpu(gpu_query.HEALTH), 60)
     result["nvidia_smi"] = None if rc == 127 else {"rc": rc, "stdout": out, "stderr": err, "fields": SMI_FIELDS}
     if rc == 0:
-        rc, out, err = _run(module, ["nvidia-smi", "--query-remapped-rows=" + REMAP_FIELDS, "--format=csv,noheader,nounits"], 60)
+        rc, out, err = _run(module, gpu_query.query_remapped(), 60)
         result["nvidia_smi"]["remapped"] = {"rc": rc, "stdout": out, "fields": REMAP_FIELDS}
     result["pci_gpus"] = len(pci.nvidia_gpus(p["pci_devices"]))
     result["kernel"] = kernel_log(module, max(1, min(p["kernel_lines"], 5000)))

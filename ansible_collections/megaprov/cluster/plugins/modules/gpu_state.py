@@ -106,11 +106,11 @@ import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.megaprov.cluster.plugins.module_utils import pci
+from ansible_collections.megaprov.cluster.plugins.module_utils import gpu_query, pci
 from ansible_collections.megaprov.cluster.plugins.module_utils.nvidia_driver import loaded_version
 
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,driver_version,persistence_mode,memory.total", "--format=csv,noheader,nounits"]
+SMI_QUERY = gpu_query.query_gpu(gpu_query.INVENTORY)
 
 
 def _read(path, binary=False):
@@ -150,12 +150,13 @@ def upstream(version):
 
 
 def parse_smi(text):
-    rows = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 5 and parts[0].isdigit():
-            rows.append({"index": int(parts[0]), "name": parts[1], "driver": parts[2], "persistence": parts[3], "memory_mib": parts[4]})
-    return rows
+    """The GPUs in nvidia-smi's answer to SMI_QUERY."""
+    return [
+        {"index": int(row["index"]), "name": row["name"], "driver": row["driver_version"], "persistence": row["persistence_mode"],
+         "memory_mib": row["memory.total"]}
+        for row in gpu_query.rows(text, gpu_query.INVENTORY)
+        if row["index"].isdigit()
+    ]
 
 
 def decide(gpus_on_pci, installed, loaded, nouveau=False):

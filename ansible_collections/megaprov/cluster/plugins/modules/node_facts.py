@@ -88,7 +88,7 @@ import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.megaprov.cluster.plugins.module_utils import pci
+from ansible_collections.megaprov.cluster.plugins.module_utils import gpu_query, pci
 
 PCI = "/sys/bus/pci/devices"
 
@@ -118,14 +118,14 @@ def meminfo_mb(text):
 
 
 def parse_nvidia_smi(text):
-    """Rows of `nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id --format=csv,noheader,nounits`."""
+    """The GPUs in nvidia-smi's answer to the gpu_query.INVENTORY query."""
     gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 5 or not parts[0].isdigit():
+    for row in gpu_query.rows(text, gpu_query.INVENTORY):
+        if not row["index"].isdigit():
             continue
-        gpus.append({"index": int(parts[0]), "model": parts[1], "memory_mib": int(float(parts[2])) if parts[2].replace(".", "").isdigit() else 0,
-                     "driver": parts[3], "bus_id": parts[4]})
+        memory = row["memory.total"]
+        gpus.append({"index": int(row["index"]), "model": row["name"], "memory_mib": int(float(memory)) if memory.replace(".", "").isdigit() else 0,
+                     "driver": row["driver_version"], "bus_id": row["pci.bus_id"]})
     return gpus
 
 
@@ -270,7 +270,7 @@ def main():
     if not os.path.isdir(scratch):
         module.fail_json(msg="preflight_scratch_dir %s does not exist on %s; create it or set megaprov_scratch_dir" % (scratch, platform.node()))
     usage = shutil.disk_usage(scratch)
-    smi = run_text(module, ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version,pci.bus_id", "--format=csv,noheader,nounits"])
+    smi = run_text(module, gpu_query.query_gpu(gpu_query.INVENTORY))
     gpus = parse_nvidia_smi(smi or "")
     nvlink_text = run_text(module, ["nvidia-smi", "nvlink", "--status"]) if gpus else None
     topo = run_text(module, ["nvidia-smi", "topo", "-m"]) if gpus else None

@@ -1,74 +1,39 @@
 """megaprov node_exporter role: GPU metrics for prometheus-node-exporter's textfile collector, for sites without DCGM.
 
-    megaprov_gpu_metrics.py --node NAME --output /var/lib/prometheus/node-exporter/megaprov_gpu.prom
-        [--nvidia-smi /usr/bin/nvidia-smi]
-        [--kernel-log-command 'journalctl -k -b -o short-monotonic --no-pager']
-        [--job-units-command "systemctl list-units --type=service --state=active --plain --no-legend 'megaprov-job-*'"]
-        [--timeout 10] [--max-kernel-log-mib 64]
-        [--state /var/lib/megaprov-gpu-metrics/xids.json] [--boot-id-file /proc/sys/kernel/random/boot_id]
-        [--dcgm-job-mapping-dir /run/megaprov/dcgm-job-mapping]
+    megaprov_gpu_metrics.py --node NAME --output /var/lib/prometheus/node-exporter/megaprov_gpu.prom [--help for the rest]
 
-Run by the node's system python3 (3.9 or newer, standard library only: it works where only the driver is installed,
-without nvidia-ml-py), as root, every 15 s from a systemd timer. Each run:
+Run by the node's system python3 (3.9 or newer, standard library only, no nvidia-ml-py), as root, from a systemd timer.
+It needs the collection's module_utils gpu_query.py and xid.py beside it (the role installs them there): the nvidia-smi
+queries and the Xid line are the same ones the Ansible modules and megaprov doctor use. Each run:
 
-1. asks nvidia-smi for every GPU's index, UUID, name, PCI bus id, utilization, memory, temperature, power, volatile
-   ECC counts and thermal slowdown (``--query-gpu``), then for the row remapper state (``--query-remapped-rows``;
-   a GPU without row remapping, pre-Ampere, errors or prints nothing there: that is "absent", not a failure);
-2. counts the NVIDIA Xid events of this boot in the kernel log, per (GPU, Xid), and compares the counts with those
-   of the last run (the state file, ``--state``) to tell when each count last rose;
-3. finds the training job on the node: the active ``megaprov-job-<name>.service`` units; with exactly one, every
-   per-GPU gauge (those with a ``gpu`` label, not the Xid series: they keep their series when a job starts or
-   ends) carries ``job="<name>"``; with none or several no series has a job label;
-   With ``--dcgm-job-mapping-dir`` (where dcgm-exporter runs with ``--hpc-job-mapping-dir``), the same job is written
-   there as dcgm-exporter reads it: one file per GPU index holding the job's name, so DCGM's series carry
-   ``hpc_job="<name>"``; with no single job the files it wrote are removed (recorded beside ``--state``; files a
-   scheduler wrote stay);
-4. writes the Prometheus text exposition format to ``--output`` atomically (a temporary file in the same directory,
-   fsync, rename; mode 0644).
+1. asks nvidia-smi for every GPU (gpu_query.METRICS) and its row remapper (gpu_query.REMAPPED; a GPU before Ampere
+   prints nothing or an error there: absent, not a failure);
+2. counts the Xid lines of this boot in the kernel log per (GPU, Xid), keeping in ``--state`` when each count last rose;
+3. labels the per-GPU gauges with ``job="<name>"`` when exactly one ``megaprov-job-<name>.service`` is active (and, with
+   ``--dcgm-job-mapping-dir``, writes the same job where dcgm-exporter's ``--hpc-job-mapping-dir`` reads it);
+4. writes the Prometheus text format to ``--output`` atomically (temporary file, fsync, rename; mode 0644).
 
-The multi-word options (``--kernel-log-command``, ``--job-units-command``) are one string each, split into an argv
-with ``shlex.split`` (POSIX shell quoting rules) and run without a shell: no pipes, redirections, variables or globs
-(``'megaprov-job-*'`` reaches systemctl as the pattern it is). An empty string turns that source off (no Xid
-counters, no job label). Every command runs with a timeout (``--timeout``, 10 s) and bounded output.
-
-Metrics (every series has ``node``; per-GPU ones ``gpu="<nvidia-smi index>"``): megaprov_gpu_info{uuid,name,pci_bus_id}
-1, megaprov_gpu_utilization_ratio (0..1), megaprov_gpu_memory_used_bytes, megaprov_gpu_memory_total_bytes,
-megaprov_gpu_temperature_celsius, megaprov_gpu_power_watts, megaprov_gpu_ecc_errors_corrected_volatile_total,
-megaprov_gpu_ecc_errors_uncorrected_volatile_total, megaprov_gpu_remapped_rows_pending (0/1),
-megaprov_gpu_remapped_rows_failure (0/1), megaprov_gpu_throttle_thermal (0/1: HW or SW thermal slowdown active),
+Metrics (every series has ``node``, per-GPU ones ``gpu="<nvidia-smi index>"``): megaprov_gpu_info{uuid,name,pci_bus_id},
+megaprov_gpu_utilization_ratio, megaprov_gpu_memory_used_bytes, megaprov_gpu_memory_total_bytes,
+megaprov_gpu_temperature_celsius, megaprov_gpu_power_watts, megaprov_gpu_ecc_errors_{corrected,uncorrected}_volatile_total,
+megaprov_gpu_remapped_rows_{pending,failure} (0/1), megaprov_gpu_throttle_thermal (0/1),
 megaprov_gpu_xid_errors_total{xid}, megaprov_gpu_xid_last_timestamp_seconds{xid}, megaprov_gpu_collector_success (1/0),
-megaprov_gpu_collector_timestamp_seconds.
-A value nvidia-smi reports as [N/A], [Not Supported], [Unknown Error] or anything else that is not a number is left
-out (never written as 0).
+megaprov_gpu_collector_timestamp_seconds. A value nvidia-smi does not report as a number ([N/A], [Not Supported], ...)
+is left out, never written as 0.
 
-Xid attribution: an Xid line names the GPU by PCI domain:bus:device; it is matched to the GPU whose nvidia-smi
-``pci.bus_id`` has the same domain, bus and device, and counted under that GPU's index. An Xid whose address matches
-no GPU nvidia-smi listed -- a GPU that fell off the bus (Xid 79) often vanishes from nvidia-smi, or nvidia-smi failed
--- is still counted, under ``gpu="<domain>:<bus>:<device>"`` as the kernel prints it (e.g. ``gpu="0000:3b:00"``,
-lower-case hex), so the event is never lost.
+An Xid is counted under the GPU whose pci.bus_id has its domain, bus and device; one that matches no listed GPU (a GPU
+that fell off the bus often vanishes from nvidia-smi) under ``gpu="<domain>:<bus>:<device>"`` as the kernel prints it,
+so the event is never lost. megaprov_gpu_xid_last_timestamp_seconds is when the collector last saw that count rise, so
+the Xid alerts fire at once and do not fire again when Prometheus restarts. The state file (JSON, mode 0600) is keyed
+by PCI address and boot id: a new boot starts the counts again.
 
-Xid times: megaprov_gpu_xid_last_timestamp_seconds{gpu,xid} is the unix time (3 decimals) at which this collector
-last saw that count rise, for every (GPU, Xid) whose count is above 0; the Xid alerts fire while it is less than 10
-minutes old, so an Xid alerts at once (within a run, 15 s) however recently Prometheus or the collector started, and
-an old Xid does not alert again when Prometheus restarts. The state file (JSON, at most 1 MiB, mode 0600, replaced
-atomically, written only when it changes; its directory is the unit's StateDirectory) holds the boot id
-(``--boot-id-file``) and, per (PCI address, Xid), the count last seen and when it last rose. A count is "risen now"
-when it is above the one in the state, when the state has none for it (its first sighting: also every Xid of the
-boot the first time the collector runs), and when the boot id differs from the state's (a new boot: the counts start
-again, and a lower count is not a fall). A count that fell in a full read of the kernel log (journald dropped old
-lines of this boot) is taken as it is, keeping its time; after a read that was cut short (timeout, output limit) the
-state keeps the higher counts, so the next full read does not look like a rise. The state is keyed by PCI address,
-not by gpu label, so that a GPU whose label changes (nvidia-smi stops listing it) keeps the times of its old Xids;
-it holds at most MAX_XID_STATE entries (the counts of this run first, then the most recent). A missing, unreadable,
-corrupt or oversized state file is started afresh (reported on stderr, when it existed).
+megaprov_gpu_collector_success is 0 when the GPU query fails or lists no GPU, the kernel log cannot be read in full, or
+the Xid state cannot be kept; the file is still written with what could be read, and the script exits 0 (the alert on
+the metric fires, not the unit). It exits 1 when the output cannot be written, 2 on a usage error.
 
-megaprov_gpu_collector_success is 0 when nvidia-smi's GPU query fails (cannot run, exits non-zero, times out, lists
-no GPU), the kernel log cannot be read in full, or the Xid state cannot be kept (the boot id cannot be read, the
-state file cannot be written: then the same Xids would look new on each run); the script then still writes
-the file (the Xid counters it could read, and the rows of the GPUs nvidia-smi did report) and exits 0, with the
-reason on stderr, so the alert on the metric fires instead of the timer's unit failing forever. It exits 1 only when
-the output file cannot be written, 2 on a usage error. Malformed output lines are skipped (reported on stderr), never
-fatal.
+Formats checked against: ``nvidia-smi --help-query-gpu`` (driver 535.129.03) and NVIDIA's nvidia-smi manual for the
+fields (see gpu_query.py); open-gpu-kernel-modules kernel_rc.c and NVIDIA's "Xid Errors" document for the Xid line
+(see xid.py); tests/fixtures/gpu_metrics/ holds recorded answers of both.
 """
 
 from __future__ import annotations
@@ -89,42 +54,37 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple
 
-# The --query-gpu fields, checked against `nvidia-smi --help-query-gpu` as driver 535.129.03 prints it (recorded in
-# the public post XueSongTap/XueSongTap.github.io _posts/2024-01-04-nvidia-smi-more.md) and NVIDIA's nvidia-smi
-# manual (docs.nvidia.com/deploy/nvidia-smi): "index", "uuid", "name", "pci.bus_id" ("domain:bus:device.function, in
-# hex"), "utilization.gpu" (percent), "memory.used" / "memory.total" (MiB), "temperature.gpu" (degrees C),
-# "power.draw" (watts), "ecc.errors.corrected.volatile.total" / "ecc.errors.uncorrected.volatile.total" (since the
-# last driver load), and the thermal slowdown reasons, listed there as
-#   "clocks_event_reasons.hw_thermal_slowdown" or "clocks_throttle_reasons.hw_thermal_slowdown"
-#   "clocks_event_reasons.sw_thermal_slowdown" or "clocks_throttle_reasons.sw_thermal_slowdown"
-# (values "Active" / "Not Active"). The clocks_throttle_reasons.* spelling is asked first: every driver accepts it
-# (the newer ones as an alias of clocks_event_reasons.*). Should a driver drop the alias, nvidia-smi rejects the query
-# with `Field "..." is not a valid field to query.` and the query is asked again with the clocks_event_reasons.* names.
-GPU_FIELDS = (
-    "index",
-    "uuid",
-    "name",
-    "pci.bus_id",
-    "utilization.gpu",
-    "memory.used",
-    "memory.total",
-    "temperature.gpu",
-    "power.draw",
-    "ecc.errors.corrected.volatile.total",
-    "ecc.errors.uncorrected.volatile.total",
-    "clocks_throttle_reasons.hw_thermal_slowdown",
-    "clocks_throttle_reasons.sw_thermal_slowdown",
-)
-GPU_FIELDS_EVENT_NAMES = tuple(field.replace("clocks_throttle_reasons.", "clocks_event_reasons.") for field in GPU_FIELDS)
-GPU_FORMAT = "--format=csv,noheader,nounits"
-# --query-remapped-rows (nvidia-smi manual: "Information about remapped rows. Call --help-query-remapped-rows for more
-# info"); field names as NVIDIA's tooling and public health checks use them, values as nvidia-smi prints them
-# ("00000000:18:00.0, 0, 1, Yes, No": counts, then Yes/No for pending and failure, the same flags `nvidia-smi -q -d
-# ROW_REMAPPER` shows as "Pending" and "Remapping Failure Occurred"). Ampere and newer only.
-REMAPPED_FIELDS = ("gpu_bus_id", "remapped_rows.correctable", "remapped_rows.uncorrectable", "remapped_rows.pending", "remapped_rows.failure")
-REMAPPED_FORMAT = "--format=csv,noheader"
+
+def _beside(name: str) -> ModuleType:
+    """A module of the collection's module_utils: beside this script where the role installed it, else in the
+    collection this script is part of (a checkout: roles/node_exporter/files/ -> plugins/module_utils/)."""
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for directory in (here, os.path.join(here, os.pardir, os.pardir, os.pardir, "plugins", "module_utils")):
+        path = os.path.join(directory, name + ".py")
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location(f"megaprov_gpu_metrics_{name}", path)
+            if spec is None or spec.loader is None:
+                continue
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # before it runs: its dataclasses and NamedTuples look themselves up there
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(f"{name}.py is not beside {__file__}: the node_exporter role installs it there")
+
+
+gpu_query = _beside("gpu_query")
+xid = _beside("xid")
+
+GPU_FIELDS = gpu_query.METRICS
+GPU_FIELDS_EVENT_NAMES = gpu_query.METRICS_EVENT_NAMES
+GPU_FORMAT = gpu_query.FORMAT
+REMAPPED_FIELDS = gpu_query.REMAPPED
+REMAPPED_FORMAT = gpu_query.REMAPPED_FORMAT
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 DEFAULT_KERNEL_LOG_COMMAND = "journalctl -k -b -o short-monotonic --no-pager"
@@ -149,15 +109,8 @@ MAX_BOOT_ID = 128  # bytes of the boot id file read
 STATE_VERSION = 1
 
 JOB_UNIT = re.compile(r"megaprov-job-([A-Za-z0-9][A-Za-z0-9_.-]{0,63})\.service")
-# The driver prints (open-gpu-kernel-modules, src/nvidia/src/kernel/gpu/rc/kernel_rc.c):
-#   NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, <message>      pid is '<unknown>' when no process is known
-# with " GPU-I:%02u" (and " GPU-CI:%02u") inside the parenthesis on a MIG GPU; older drivers print
-# "NVRM: Xid (PCI:0000:3b:00): 13, Graphics Engine Exception ..." (no pid), the oldest "NVRM: Xid (0000:03:00): 14, ...".
-XID_LINE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<domain>[0-9A-Fa-f]{1,8}):(?P<bus>[0-9A-Fa-f]{2}):(?P<device>[0-9A-Fa-f]{2})(?:\.[0-7])?"
-    r"(?: [^()]*)?\): (?P<xid>[0-9]{1,5})(?![0-9])"
-)
-XID_MARKER = b"NVRM: Xid"
+XID_LINE = xid.LINE  # kernel log lines: xid.py
+XID_MARKER = xid.MARKER.encode()
 PCI_BUS_ID = re.compile(r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])")
 NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 TEXT = re.compile(rf"[^\x00-\x1f\x7f]{{1,{MAX_TEXT}}}")
@@ -253,9 +206,7 @@ def parse_pci_bus_id(value: str) -> tuple[int, int, int, int] | None:
     return (int(match[1], 16), int(match[2], 16), int(match[3], 16), int(match[4], 16))
 
 
-def pci_address(domain: int, bus: int, device: int) -> str:
-    """The address as the driver writes it in an Xid line: 0000:3b:00."""
-    return f"{domain:04x}:{bus:02x}:{device:02x}"
+pci_address = xid.address  # as the driver writes it in an Xid line: 0000:3b:00
 
 
 def _flag(value: str, words: Mapping[str, int]) -> int | None:
@@ -278,11 +229,11 @@ def parse_gpus(text: str, problems: list[str] | None = None) -> list[Gpu]:
         if len(line) > MAX_LINE:
             _note(problems, f"nvidia-smi: skipped an overlong line ({len(line)} characters)")
             continue
-        fields = [field.strip() for field in line.split(",")]
-        if len(fields) != len(GPU_FIELDS):
+        row = gpu_query.row(line, GPU_FIELDS)  # either spelling: the same fields in the same places
+        if row is None:
             _note(problems, f"nvidia-smi: skipped a line that is not a GPU row: {_short(line)}")
             continue
-        index_text, uuid, name, bus_id = fields[0], _text(fields[1]), _text(fields[2]), fields[3]
+        index_text, uuid, name, bus_id = row["index"], _text(row["uuid"]), _text(row["name"]), row["pci.bus_id"]
         pci = parse_pci_bus_id(bus_id)
         if not re.fullmatch(r"[0-9]{1,4}", index_text) or uuid is None or name is None or pci is None:
             _note(problems, f"nvidia-smi: skipped a malformed GPU row: {_short(line)}")
@@ -294,8 +245,20 @@ def parse_gpus(text: str, problems: list[str] | None = None) -> list[Gpu]:
         if len(gpus) >= MAX_GPUS:
             _note(problems, f"nvidia-smi: more than {MAX_GPUS} GPUs; the rest are left out")
             break
-        utilization, used, total, temperature, power, corrected, uncorrected = (parse_number(v) for v in fields[4:11])
-        hw_thermal, sw_thermal = _flag(fields[11], ACTIVE), _flag(fields[12], ACTIVE)
+        utilization, used, total, temperature, power, corrected, uncorrected = (
+            parse_number(row[field])
+            for field in (
+                "utilization.gpu",
+                "memory.used",
+                "memory.total",
+                "temperature.gpu",
+                "power.draw",
+                "ecc.errors.corrected.volatile.total",
+                "ecc.errors.uncorrected.volatile.total",
+            )
+        )
+        hw_thermal = _flag(row["clocks_throttle_reasons.hw_thermal_slowdown"], ACTIVE)
+        sw_thermal = _flag(row["clocks_throttle_reasons.sw_thermal_slowdown"], ACTIVE)
         known = [flag for flag in (hw_thermal, sw_thermal) if flag is not None]
         gpus[index] = Gpu(
             index=index,
@@ -330,18 +293,18 @@ def parse_remapped(text: str, problems: list[str] | None = None) -> dict[tuple[i
     give None; malformed lines are skipped."""
     rows: dict[tuple[int, int, int, int], Remapped] = {}
     for line in _lines(text):
-        fields = [field.strip() for field in line[: MAX_LINE + 1].split(",")]
-        pci = parse_pci_bus_id(fields[0]) if len(fields) == len(REMAPPED_FIELDS) and len(line) <= MAX_LINE else None
+        row = gpu_query.row(line, REMAPPED_FIELDS) if len(line) <= MAX_LINE else None
+        pci = parse_pci_bus_id(row["gpu_bus_id"]) if row is not None else None
         if pci is None or pci in rows:
             _note(problems, f"nvidia-smi: skipped a line that is not a remapped-rows row: {_short(line)}")
             continue
         if len(rows) >= MAX_GPUS:
             break
         rows[pci] = Remapped(
-            correctable=_count(parse_number(fields[1])),
-            uncorrectable=_count(parse_number(fields[2])),
-            pending=_flag(fields[3], YES),
-            failure=_flag(fields[4], YES),
+            correctable=_count(parse_number(row["remapped_rows.correctable"])),
+            uncorrectable=_count(parse_number(row["remapped_rows.uncorrectable"])),
+            pending=_flag(row["remapped_rows.pending"], YES),
+            failure=_flag(row["remapped_rows.failure"], YES),
         )
     return rows
 
@@ -352,10 +315,10 @@ def parse_xids(text: str, problems: list[str] | None = None) -> Counter[tuple[st
     Xid are ignored. At most MAX_XID_SERIES distinct (address, Xid) pairs."""
     counts: Counter[tuple[str, int]] = Counter()
     for line in text.splitlines():
-        match = XID_LINE.search(line[:MAX_LINE])
-        if not match:
+        event = xid.parse(line[:MAX_LINE])
+        if event is None:
             continue
-        key = (pci_address(int(match["domain"], 16), int(match["bus"], 16), int(match["device"], 16)), int(match["xid"]))
+        key = (event.address, event.xid)
         if key not in counts and len(counts) >= MAX_XID_SERIES:
             _note(problems, f"kernel log: more than {MAX_XID_SERIES} distinct (GPU, Xid) pairs; the rest are left out")
             continue
@@ -803,17 +766,17 @@ if TYPE_CHECKING:  # (argv, timeout, max_bytes, keep) -> result: run_bounded, or
 def query_gpus(nvidia_smi: str, timeout: float, runner: Runner = run_bounded) -> tuple[CommandResult, list[str]]:
     """nvidia-smi --query-gpu with the clocks_throttle_reasons.* names, again with clocks_event_reasons.* when the
     driver rejects the former. Returns the answer and the argv asked."""
-    argv = [nvidia_smi, "--query-gpu=" + ",".join(GPU_FIELDS), GPU_FORMAT]
+    argv = gpu_query.query_gpu(GPU_FIELDS, nvidia_smi)
     result = runner(argv, timeout, MAX_SMI_OUTPUT, None)
     said = result.stdout + result.stderr
     if result.returncode not in (0, None) and "is not a valid field to query" in said and "clocks_throttle_reasons." in said:
-        argv = [nvidia_smi, "--query-gpu=" + ",".join(GPU_FIELDS_EVENT_NAMES), GPU_FORMAT]
+        argv = gpu_query.query_gpu(GPU_FIELDS_EVENT_NAMES, nvidia_smi)
         result = runner(argv, timeout, MAX_SMI_OUTPUT, None)
     return result, argv
 
 
 def query_remapped(nvidia_smi: str, timeout: float, runner: Runner = run_bounded) -> CommandResult:
-    return runner([nvidia_smi, "--query-remapped-rows=" + ",".join(REMAPPED_FIELDS), REMAPPED_FORMAT], timeout, MAX_SMI_OUTPUT, None)
+    return runner(gpu_query.query_remapped(nvidia_smi), timeout, MAX_SMI_OUTPUT, None)
 
 
 # ------------------------------------------------------------------------------------------------------------- main
