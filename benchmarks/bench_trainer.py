@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from megaprov.training import data, follow, launch, render, trainer  # noqa: E402
+from megaprov.training import data, follow, render, target, trainer  # noqa: E402
 
 
 def bare(argv: list[str]) -> None:
@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
     opts = parser.parse_args()
-    spec, _ = launch.read(str(ROOT / "examples" / "jobs" / "lab-tiny.yml"))
+    spec, _ = target.read(str(ROOT / "examples" / "jobs" / "lab-tiny.yml"))
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.jsonl"
         data.synthetic_corpus(corpus, 1500)

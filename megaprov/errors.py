@@ -108,7 +108,3 @@ class RunFailed(MegaprovError):
 
 class HostsUnreachable(MegaprovError):
     exit_code = ExitCode.UNREACHABLE
-
-
-class VerdictFailed(MegaprovError):
-    exit_code = ExitCode.VERDICT_FAILED

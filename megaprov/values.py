@@ -236,11 +236,6 @@ def inside(path: str, root: str) -> bool:
     return root == "/" or path == root or path.startswith(root + "/")
 
 
-def variable_name(value: Any, field: str) -> str:
-    """A variable Ansible gets from megaprov (a top-level ``-e`` key, a group_vars/host_vars key)."""
-    return _matching(value, field, VARIABLE, "a variable name", "use letters, digits and _ (not starting with a digit)")
-
-
 def yaml_data(text: str, what: str) -> Any:
     """A YAML document from a user's file, as plain data: anchors and aliases (an alias bomb expands a few lines
     into gigabytes) and nesting deeper than MAX_DEPTH are refused before anything is built; a number Python will

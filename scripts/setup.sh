@@ -2,7 +2,7 @@
 # Install what megaprov and its lab need on a fresh Debian 12 / Ubuntu machine (as root or with sudo):
 # podman with runc and netavark, debootstrap, a Python venv with megaprov, the Ansible collections
 # the tests use (from PyPI), and the lab's node image. Safe to run again: each step is skipped when done.
-# python3-fusepy and fuse: the tests mount the lab's root-squashing share (megaprov/cluster/lab_files/squashfs.py) here too.
+# python3-fusepy and fuse: the tests mount the lab's root-squashing share (megaprov/cluster/lab_files/rootsquash_fs.py) here too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -74,7 +74,6 @@ FETCH_READ_SECONDS = 60.0  # one read of it (urllib's timeout)
 MAX_KEYRING_TAR_BYTES = 256 << 20  # its data.tar, expanded
 MAX_TAR_MEMBERS = 10_000  # entries of its data.tar
 MAX_KEYRING_BYTES = 1 << 20  # the keyring file in it (a few KiB)
-TOP = ("apt", "wheels", "git")
 GIT_NAMES = ("Megatron-LM", "nccl-tests", "apex")  # as the roles name their checkouts
 
 Progress = Callable[[str], None]

@@ -34,13 +34,13 @@ NODE_IMAGE = "localhost/megaprov-node"
 LABEL = "io.megaprov.lab"
 ADDRESS_LABEL = "io.megaprov.lab.address"  # the node's fixed address, shown while it is stopped
 LAB_SHARED_DIR = "/shared"  # megaprov_shared_dir's default
-# node1's NFS export and, on every node, the raw volume behind the root-squashed /shared (lab_files/squashfs.py)
+# node1's NFS export and, on every node, the raw volume behind the root-squashed /shared (lab_files/rootsquash_fs.py)
 LAB_EXPORT_DIR = "/srv/megaprov/export"
 LAB_SHARE_FSTYPE = "fuse.megaprov-squash"
 # The volume's data lies here on this machine, not in podman's root-only (0700) storage: megaprov, run as root,
 # writes into the share as the cluster user (data prepare), which must be able to reach it, as through /shared.
 LAB_SHARES = Path("/var/lib/megaprov/labs")
-IMAGE_FILES = ("Containerfile", "ssh-hostkeys.conf", "squashfs.py", "megaprov-lab-share.service")
+IMAGE_FILES = ("Containerfile", "ssh-hostkeys.conf", "rootsquash_fs.py", "megaprov-lab-share.service")
 LAB_WHEELHOUSE = "/srv/megaprov/wheelhouse"  # pytorch_wheelhouse on lab nodes
 # Megatron-LM's tree where GitHub is out of reach (this project's CI, an air-gapped machine): a directory or a `git
 # archive` tarball of the pinned tag, named by MEGATRON_SOURCE_ENV. `lab up` makes it a git remote (gitsource) that
@@ -336,7 +336,7 @@ def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | No
     # node1 is [head] and so the NFS server: NFS-Ganesha exports a real file system (the volume at
     # LAB_EXPORT_DIR, not the overlay root) and needs CAP_DAC_READ_SEARCH to open files by handle. The kernel
     # here has no NFS client, so every node (node1 too) gets the volume at LAB_EXPORT_DIR and sees the training
-    # share at /shared through a FUSE daemon with NFS root_squash semantics (lab_files/squashfs.py): root on a
+    # share at /shared through a FUSE daemon with NFS root_squash semantics (lab_files/rootsquash_fs.py): root on a
     # node is nobody there, as on a real NFS mount. FUSE needs /dev/fuse and CAP_SYS_ADMIN to mount.
     args += ["-v", f"{volume_name(lab)}:{LAB_EXPORT_DIR}", "--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
     # Slurm's epilog (root) finds a job's strays by SLURM_JOB_ID in their environment: reading another user's

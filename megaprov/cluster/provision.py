@@ -25,8 +25,9 @@ FABRIC_ACTION = "megaprov.cluster.rdma_facts"
 GPU_ACTION = "megaprov.cluster.gpu_state"
 NCCL_ACTION = "megaprov.cluster.nccl_check"
 SLURM_ACTION = "megaprov.cluster.slurm_check"
-# The observe stage's summary: the prometheus role's last task, a debug message "observe: ..." (collected by its name)
-OBSERVE_TASK = "Say what Prometheus watches"
+# The observe stage's summary: the prometheus role's one debug message, "observe: ..." (its role names it: the role
+# may be named with its collection)
+OBSERVE_ROLE = "prometheus"
 COMPUTE_ACTION = "megaprov.cluster.compute_rate"
 PROOF_ACTION = "megaprov.cluster.proof"
 
@@ -302,7 +303,7 @@ def bootstrap(request: Request) -> Report:
     observe = [
         str(item.res["msg"]).removeprefix("observe: ")
         for item in result.results
-        if item.action == "ansible.builtin.debug" and item.task == OBSERVE_TASK and isinstance(item.res.get("msg"), str)
+        if item.action == "ansible.builtin.debug" and item.role.rpartition(".")[2] == OBSERVE_ROLE and isinstance(item.res.get("msg"), str)
     ]
     mesh = sorted(
         ({**pair, "cached": item.res.get("cached", "")} for item in _of(result, MESH_ACTION) for pair in item.res.get("pairs", [])),
@@ -415,7 +416,7 @@ def preflight(request: Request) -> Report:
 
 def _compute(inventory: inv.Inventory, result: runner.RunResult) -> dict[str, str]:
     """The compute rates the nodes reported (the last report per host wins), recorded for megaprov plan and train."""
-    from megaprov.training import rates
+    from megaprov.cluster import rates
 
     lines: dict[str, str] = {}
     stored: dict[str, dict[str, Any]] = {}

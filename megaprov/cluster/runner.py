@@ -85,6 +85,7 @@ class TaskResult:
     res: dict[str, Any]
     # the controller's clock when the task started and ended on this host (epoch seconds), where known
     window: tuple[float, float] | None = None
+    role: str = ""  # the role the task belongs to ("" for a play's own tasks)
 
 
 @dataclass
@@ -99,6 +100,8 @@ class RunResult:
     error_line: str = ""
     # (play name, start time in epoch seconds) in the order the plays started
     plays: list[tuple[str, float]] = field(default_factory=list)
+    # what the plays said to megaprov through ansible.builtin.set_stats (keys chosen by the playbook)
+    data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -139,7 +142,7 @@ def as_data(value: Any, where: str = "extra vars", top: bool = True) -> Any:
     ``{"__ansible_unsafe": "text"}`` as an unsafe (never templated) string, the encoding Ansible itself uses for
     ``!unsafe`` values. Every extra var megaprov passes came from a user or a file (the job spec, job.json, the
     inventory, ``-e``): ``"{{ lookup('pipe', ...) }}"`` must reach a play as those characters, not run on the
-    controller. tests/unit/test_runner.py runs a real play to prove it."""
+    controller. tests/unit/cluster/test_runner.py runs a real play to prove it."""
     if isinstance(value, str):
         return {UNSAFE_KEY: value}
     if isinstance(value, dict):
@@ -266,6 +269,7 @@ class EventFolder:
         self.results: list[TaskResult] = []
         self.play = ""
         self.plays: list[tuple[str, float]] = []
+        self.data: dict[str, Any] = {}
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("event", "")
@@ -288,8 +292,11 @@ class EventFolder:
             self.failures.append(Failure(host or "?", data.get("task", ""), self.play, _message(res), True))
         elif kind == "runner_on_ok" and data.get("task_action") in self.collect:
             window = _seconds(data.get("start"), data.get("end"))
-            self.results.append(TaskResult(host or "?", data.get("task", ""), data.get("task_action", ""), res, window))
+            self.results.append(TaskResult(host or "?", data.get("task", ""), data.get("task_action", ""), res, window, data.get("role") or ""))
         elif kind == "playbook_on_stats":
+            said = data.get("artifact_data")
+            if isinstance(said, dict):
+                self.data = dict(said)
             for key, attr in (
                 ("ok", "ok"),
                 ("changed", "changed"),
@@ -378,4 +385,5 @@ def run(spec: RunSpec, on_event: Callable[[dict[str, Any]], None] | None = None,
         seconds=round(time.monotonic() - started, 2),
         error_line=error_line,
         plays=folder.plays,
+        data=folder.data,
     )

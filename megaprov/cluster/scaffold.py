@@ -87,8 +87,6 @@ def _line(name: str, address: str | None) -> str:
 
 def init(directory: Path, req: InitRequest) -> list[Path]:
     """Write inventory.ini and group_vars/{all,gpu_nodes,head}.yml into a new directory; read them back as a check."""
-    from megaprov.training import planner
-
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise UsageError(f"--dir {directory} exists and is not empty", "give a new directory (init never writes over an inventory)")
     if not directory.parent.is_dir():
@@ -98,14 +96,7 @@ def init(directory: Path, req: InitRequest) -> list[Path]:
     if not entries or len(entries) > values.MAX_HOSTS:
         raise UsageError(f"--nodes names {len(entries)} hosts", f"give 1 to {values.MAX_HOSTS:,} GPU nodes, comma separated")
     nodes = [_host(e, f"gpu{i + 1:02d}", "--nodes") for i, e in enumerate(entries)]
-    gpu_model = ""
-    if req.gpu:
-        known = planner.gpu_named(req.gpu)
-        if known is None or known.name == "cpu":
-            raise UsageError(
-                f"--gpu {values.shown(req.gpu)} is not a GPU megaprov knows", "use one of " + ", ".join(g for g in planner.GPUS if g != "cpu")
-            )
-        gpu_model = known.name
+    gpu_model = req.gpu or ""  # checked and named as megaprov names it by the caller (megaprov.training.planner.gpu_model)
     user = values.posix_user(req.user, "--user")
     shared = values.absolute_path(req.shared_dir, "--shared-dir")
     gpu_line = (

@@ -207,18 +207,18 @@ def note(text: str) -> None:
     console(stderr=True).print(f"megaprov: note: {text}", markup=False)
 
 
-def extravars(values_: list[str]) -> dict[str, Any]:
-    from megaprov import values as typed
+def extravars(given: list[str]) -> dict[str, Any]:
+    from megaprov import values
 
     out: dict[str, Any] = {}
-    for raw in values_:
+    for raw in given:
         if raw.startswith("@"):
             path = Path(raw[1:])
             if not path.exists() and not path.is_symlink():
                 raise UsageError(f"-e {raw}: file {path} does not exist", "pass -e @FILE with an existing YAML file")
-            text = typed.read_text(path, f"-e {raw}: file")
+            text = values.read_text(path, f"-e {raw}: file")
             try:
-                data = typed.yaml_data(text, f"-e {raw}")
+                data = values.yaml_data(text, f"-e {raw}")
             except yaml.YAMLError as exc:
                 raise UsageError(f"-e {raw}: invalid YAML ({exc.__class__.__name__})", "fix the file's YAML syntax") from None
             if not isinstance(data, dict):
@@ -226,11 +226,11 @@ def extravars(values_: list[str]) -> dict[str, Any]:
             out.update(data)  # names and values are checked with every other -e (provision.prepare)
             continue
         key, sep, value = raw.partition("=")
-        if not sep or not typed.VARIABLE.fullmatch(key):
+        if not sep or not values.VARIABLE.fullmatch(key):
             raise UsageError(f"-e {raw!r} is not KEY=VALUE", "write -e name=value (or -e @vars.yml)")
         try:
             # one value: aliases are refused here as in -e @file (an alias bomb is a few hundred characters)
-            out[key] = typed.yaml_data(value, f"-e {key}") if value else ""
+            out[key] = values.yaml_data(value, f"-e {key}") if value else ""
         except UsageError:
             raise
         except (yaml.YAMLError, ValueError, RecursionError):

@@ -189,10 +189,12 @@ def _inventory_check(args: argparse.Namespace) -> Outcome:
 
 def _init(args: argparse.Namespace) -> Outcome:
     from megaprov.cluster import scaffold
+    from megaprov.training import planner
 
+    gpu = planner.gpu_model(args.gpu, "--gpu") if args.gpu else None
     written = scaffold.init(
         Path(args.dir),
-        scaffold.InitRequest(args.head, args.nodes, args.gpu, args.gpus_per_node, args.user, args.shared_dir, args.fabric, args.scheduler),
+        scaffold.InitRequest(args.head, args.nodes, gpu, args.gpus_per_node, args.user, args.shared_dir, args.fabric, args.scheduler),
     )
 
     def show() -> None:

@@ -57,18 +57,18 @@ def register(sub: Any) -> None:
 
 def shared_prefix(inventory: str, prefix: str) -> str:
     """A relative --output-prefix lands in the cluster's shared directory, where this machine sees it."""
-    from megaprov import values as typed
+    from megaprov import values
     from megaprov.owner import as_owner_of
     from megaprov.training import jobs
 
     if prefix.startswith("/"):
         raise UsageError(f"--output-prefix {prefix} is absolute but -i puts it under the shared directory", "give a relative prefix, e.g. data/lab")
-    relative = typed.relative_path(prefix, "--output-prefix")
+    relative = values.relative_path(prefix, "--output-prefix")
     root = jobs.shared_view(inventory).resolve()
     path = root / relative
     # A link inside the shared directory (the cluster user can make one) must not lead the output out of it.
     parent = path.parent.resolve()
-    if not typed.inside(str(parent), str(root)):
+    if not values.inside(str(parent), str(root)):
         raise UsageError(f"--output-prefix {prefix}: {path.parent} leads outside the shared directory {root}", "give a prefix inside it")
     existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
     try:

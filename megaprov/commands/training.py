@@ -167,13 +167,13 @@ def _spec_and_cluster(
     args: argparse.Namespace, path: str, exclude: tuple[str, ...] = (), root: Path | None = None
 ) -> tuple[Any, str, Any, list[tuple[str, str]]]:
     """The spec at ``path`` (below ``root``: a job's stored spec, the cluster user's file) and the cluster it runs on."""
-    from megaprov.training import launch
+    from megaprov.training import target
 
-    spec, text = launch.read(path, root)
+    spec, text = target.read(path, root)
     if getattr(args, "name", None) and args.command_path == "train":
         spec = spec.model_copy(update={"name": args.name})
-    found, hosts = launch.cluster(spec, args.inventory, launch.Shape(args.nodes, args.gpus_per_node, args.gpu, exclude))
-    launch.check(spec, text, path, found.world, found.gpus_per_node)
+    found, hosts = target.cluster(spec, args.inventory, target.Shape(args.nodes, args.gpus_per_node, args.gpu, exclude))
+    target.check(spec, text, path, found.world, found.gpus_per_node)
     return spec, text, found, hosts
 
 
@@ -194,7 +194,7 @@ def _job_schema(args: argparse.Namespace) -> Outcome:
 
 
 def _job_check(args: argparse.Namespace) -> Outcome:
-    from megaprov.training import jobview, launch, planner
+    from megaprov.training import jobview, planner, target
 
     if args.spec and args.job and args.spec != args.job:
         raise UsageError(f"two job specs: {args.spec} and -f {args.job}", "give one, as -f JOB.yml")
@@ -217,8 +217,8 @@ def _job_check(args: argparse.Namespace) -> Outcome:
             else f", fits {planned.memory.total / planner.GIB:.1f} of {planned.memory.capacity / planner.GIB:.1f} GiB per {found.gpu.name}"
         )
         return Outcome("job check", result, text=lambda: console().print(f"{path}: valid job {spec.name} on {world} GPUs{fit}", markup=False))
-    spec, text = launch.read(path)
-    launch.check(spec, text, path, None, None)
+    spec, text = target.read(path)
+    target.check(spec, text, path, None, None)
     return Outcome(
         "job check",
         {"job": spec.name, "valid": True, "world": None, "fits": None},
@@ -281,6 +281,7 @@ def _dry_run(args: argparse.Namespace, planned: Any, rendered: Any) -> Outcome:
 def _train(args: argparse.Namespace) -> Outcome:
     from megaprov.training import jobs, jobview, planner, render
     from megaprov.training.jobspec import NAME_PATTERN
+    from megaprov.training.launchers import systemd
 
     # "From megaprov train": the process's own start (interpreter, imports) counts; bounded, in case /proc says nonsense.
     now = time.time()
@@ -323,7 +324,7 @@ def _train(args: argparse.Namespace) -> Outcome:
     else:
         say.say(
             f"train: job {job.name} started on {', '.join(job.hosts)} (restarts: up to {spec.launch.max_restarts}, "
-            f"after {jobs.RESTART_SEC} s) in {launched - since:.1f} s; job directory {job.job_dir}"
+            f"after {systemd.RESTART_SEC} s) in {launched - since:.1f} s; job directory {job.job_dir}"
         )
     if args.detach:
         return Outcome(
@@ -375,7 +376,7 @@ def _follow(
 
 
 def _job_attach(args: argparse.Namespace) -> Outcome:
-    from megaprov.training import jobs, launch, planner
+    from megaprov.training import jobs, planner, target
 
     job = jobs.find(args.name, args.inventory)
     inventory = args.inventory or str(job.inventory)
@@ -383,7 +384,7 @@ def _job_attach(args: argparse.Namespace) -> Outcome:
     state = jobs.job_state(job)
     if state not in ("starting", "running", "submitted"):
         raise UsageError(f"job {job.name} is {state}, not running", f"`megaprov job status {job.name}` shows its verdict")
-    found, _ = launch.cluster(spec, inventory, launch.Shape(len(job.hosts) if job.launcher != "slurm" else None))
+    found, _ = target.cluster(spec, inventory, target.Shape(len(job.hosts) if job.launcher != "slurm" else None))
     planned = planner.plan(spec, found)
     return _follow(job, spec, planned, found, float(args.stall_timeout), reporter(args), {}, None, "job attach")
 

@@ -22,7 +22,7 @@ def slurm_states(found: inv.Inventory, report: Reporter) -> dict[str, dict[str, 
     if str(found.host_var(found.head, "megaprov_scheduler", "none")) != "slurm":
         return {}
     from megaprov.ops import remote
-    from megaprov.training.jobs import submit_host
+    from megaprov.training.launchers.slurm import submit_host
 
     host = submit_host(found)
     text = remote.command_output(

@@ -8,7 +8,7 @@ does little more than wait (with 1 worker everything runs in this process). At m
 flight, so memory is bounded whatever the input size, and a line is at most ``MAX_LINE_BYTES``. Output files are
 written under temporary names and renamed at the end: an interrupted run leaves no half dataset behind. The files
 are byte for byte those of Megatron-LM's ``tools/preprocess_data.py`` with the same tokenizer
-(tests/unit/test_data_upstream.py runs both).
+(tests/unit/training/test_data_upstream.py runs both).
 
 Output naming follows Megatron-LM's ``tools/preprocess_data.py``: ``<prefix>_<key>_document.{bin,idx}``, and
 ``<prefix>_<key>_document`` is what a job's ``data.prefixes`` lists.

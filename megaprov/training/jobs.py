@@ -24,21 +24,13 @@ from typing import Any
 
 from megaprov import paths, untrusted, values
 from megaprov.cluster import inventory as inv
-from megaprov.cluster import runner
-from megaprov.errors import EnvironmentProblem, ExitCode, HostsUnreachable, MegaprovError, UsageError
+from megaprov.errors import EnvironmentProblem, UsageError
 from megaprov.output import SHOWN, SILENT, Reporter
 from megaprov.owner import as_owner_of
-from megaprov.paths import PACKAGE_DIR, fact_cache_dir, state_dir
+from megaprov.paths import PACKAGE_DIR, state_dir
 from megaprov.training import follow, jobdir, jobmeta, launchers, render, verdict
 from megaprov.training.jobspec import JobSpec
 from megaprov.training.planner import Cluster, Plan
-
-RESTART_SEC = 10  # the unit's RestartSec: torchrun is started again this long after it failed
-START_LIMIT_INTERVAL = 3600
-
-
-class JobFailed(MegaprovError):
-    exit_code = ExitCode.RUN_FAILED
 
 
 @dataclass
@@ -186,107 +178,6 @@ def report_verdict(path: Path) -> str | None:
     return verdict_value if verdict_value in ("passed", "failed") else None
 
 
-# ---- Ansible
-
-
-def _play(
-    job: Job,
-    playbook: str,
-    job_vars: dict[str, Any],
-    report: Reporter,
-    collect: tuple[str, ...] = (),
-    strategy: str = "linear",
-    hosts: int | None = None,
-) -> runner.RunResult:
-    spec = runner.RunSpec(
-        playbook=paths.playbook(playbook),
-        inventories=(job.inventory,),
-        private_data_dir=runner.new_private_dir(state_dir(), playbook.removesuffix(".yml")),
-        collections_root=paths.collections_root(),
-        fact_cache_dir=fact_cache_dir(job.inventory),
-        options=runner.RunOptions(extravars={"megaprov_job": job_vars}, strategy=strategy),
-    )
-    progress = report.run(hosts or len(job.hosts))
-    try:
-        return runner.run(spec, progress, collect)
-    finally:
-        progress.stop()
-
-
-def _failure(result: runner.RunResult, what: str) -> MegaprovError:
-    if not result.failures:
-        return JobFailed(f"{what}: {result.error_line or f'ansible-playbook ended with status {result.status}'}", f"see {result.artifacts}/stdout")
-    down = sorted({f.host for f in result.failures if f.unreachable})
-    if down:
-        return HostsUnreachable(
-            f"{what}: node(s) {', '.join(down)} unreachable ({result.failures[0].message})", "check that they run and answer SSH; nothing was started"
-        )
-    first = result.failures[0]
-    if first.usage or first.task.startswith("Refuse"):  # the job's own settings: a usage error
-        return UsageError(f"{what}: {first.message}")
-    return JobFailed(f"{what}: {first.host}: task '{first.task}' failed: {first.message}", f"see {result.artifacts}/stdout")
-
-
-JOB_MARKER = render.JOB_MARKER
-
-# ExecStop of every job unit, run by systemd on `systemctl stop` (and after a node script that ended with 0): with
-# $MAINPID alive it hands SIGTERM to the node script and waits for it (the ranks save a checkpoint, the node script
-# reaps what is left); then it reaps whatever of the job is still there, for a node script that was killed itself.
-STOP_SCRIPT = f"""#!/bin/bash
-# Written by megaprov train: ExecStop of the job's unit on every node (argument: $MAINPID, empty once it exited).
-unit=${{{JOB_MARKER}:-}}
-unset {JOB_MARKER}  # what this script starts is not part of the job
-main=${{1:-}}
-if [ -n "$main" ] && kill -0 "$main" 2>/dev/null; then
-    kill -TERM "$main"
-    while kill -0 "$main" 2>/dev/null; do sleep 0.2; done  # bounded by the unit's TimeoutStopSec
-fi
-{render.REAP_FUNCTION}
-reap_job "$unit"
-exit 0
-"""
-STOP_SCRIPT_FILE = "launch/stop.sh"
-
-
-def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: bool, stop: render.StopGrace | None = None) -> str:
-    """The node's unit. ``stop`` sizes TimeoutStopSec (SIGTERM -> checkpoint -> exit before systemd kills): the
-    render's grace for the job's checkpoint size and the shared directory's write speed."""
-    grace = stop or render.stop_grace(spec)
-    lines = [
-        "# Written by megaprov train; megaprov job stop stops it.",
-        "[Unit]",
-        "Description=" + values.systemd_value(f"megaprov job {job.name} on {host} (node rank {rank} of {len(job.hosts)})", "Description"),
-        "Wants=network-online.target",
-        "After=network-online.target remote-fs.target",
-        f"StartLimitIntervalSec={START_LIMIT_INTERVAL}",
-        f"StartLimitBurst={spec.launch.max_restarts + 1}",  # starts: the first and each restart
-        "",
-        "[Service]",
-        "Type=simple",
-        "User=" + values.systemd_value(values.posix_user(user, "megaprov_cluster_user"), "User"),
-        "Group=" + values.systemd_value(user, "Group"),
-        "Environment=" + values.systemd_value(f"{JOB_MARKER}={job.unit}", "Environment"),  # the unit name is a job name: no spaces
-        "WorkingDirectory=" + values.systemd_value(job.job_dir, "WorkingDirectory"),
-        "ExecStart=" + values.systemd_exec_line(["/bin/bash", f"{job.job_dir}/launch/{host}.sh"]),
-        # $MAINPID is systemd's: the node script's PID while it runs, empty after it exited.
-        "ExecStop=" + values.systemd_exec_line(["/bin/bash", f"{job.job_dir}/{STOP_SCRIPT_FILE}"], "ExecStop") + " $MAINPID",
-        # The node script appends its output to its log itself, as the job user: systemd opens an append: file as
-        # root, before User= applies, which a root-squashed share refuses.
-        "StandardOutput=journal",
-        "StandardError=inherit",
-        "Restart=on-failure",
-        f"RestartSec={RESTART_SEC}",
-        # ExecStop hands SIGTERM to the node script, which hands it to torchrun and waits; leftovers are killed there.
-        "KillMode=mixed",
-        "SuccessExitStatus=143",
-        # torchrun waits TORCH_ELASTIC_SHUTDOWN_TIMEOUT (grace.torchrun_s) for the ranks' checkpoint; systemd a minute more.
-        f"TimeoutStopSec={grace.unit_s}",
-    ]
-    if not lab:  # RDMA registers pinned memory; lab containers may not raise the limit
-        lines.append("LimitMEMLOCK=infinity")
-    return "\n".join(lines) + "\n"
-
-
 def model_shape(spec: JobSpec) -> dict[str, Any]:
     m = spec.model
     return {
@@ -323,11 +214,8 @@ def start(
             f"job {spec.name} already exists in {job.job_dir}",
             f"pass --name NEW for a new job, or `megaprov train --resume {spec.name}` to continue it",
         )
-    user = str(found.host_var(hosts[0], "megaprov_cluster_user", "megaprov"))
-    lab = inv.as_bool(found.host_var(hosts[0], "megaprov_lab", False))
-    if spec.launch.launcher == "slurm":
-        job.launcher = "slurm"
-        job.submit_host = submit_host(found)
+    job.launcher = "slurm" if spec.launch.launcher == "slurm" else "systemd"
+    launcher = launchers.of(job.launcher)
     started = follow.utc_now()
     meta = {
         "name": spec.name,
@@ -347,8 +235,6 @@ def start(
         "launcher": job.launcher,
         "stop_grace_s": rendered.stop.unit_s if rendered.stop else 0,
     }
-    if job.launcher == "slurm":
-        meta["submit_host"] = job.submit_host
     if exists:
         old = jobmeta.load(job.local_dir / "job.json", job.name)
         meta["resumes"] = old.resumes + 1
@@ -360,17 +246,10 @@ def start(
         (staging / "launch").mkdir()
         (staging / "spec.yml").write_text(text)
         (staging / "plan.json").write_text(json.dumps(plan_doc, indent=2) + "\n")
+        launched = launcher.stage(job, spec, rendered, found, staging)
+        if job.submit_host:  # where the launcher asks about the job (the Slurm controller)
+            meta["submit_host"] = job.submit_host
         (staging / "job.json").write_text(json.dumps(meta, indent=2) + "\n")
-        units = {}
-        (staging / STOP_SCRIPT_FILE).write_text(STOP_SCRIPT)
-        if job.launcher == "slurm":
-            (staging / render.SLURM_BATCH_SCRIPT).write_text(rendered.sbatch or "")
-            (staging / render.SLURM_NODE_SCRIPT).write_text(rendered.slurm_node or "")
-        else:
-            for node in rendered.nodes:
-                (staging / "launch" / f"{node.host}.sh").write_text(node.script)
-                units[node.host] = unit_text(spec, job, node.host, node.node_rank, user, lab, rendered.stop)
-                (staging / "launch" / f"{node.host}.service").write_text(units[node.host])
         if spec.launch.trainer == "lab":
             (staging / "bin").mkdir()
             shutil.copy(PACKAGE_DIR / "training" / "trainer.py", staging / render.LAB_TRAINER_FILE)
@@ -387,9 +266,9 @@ def start(
             bundle_b64=base64.b64encode(data).decode(),
             resume=resume,
             shape=model_shape(spec),
-            units=units,
+            **launched,
         )
-        launchers.of(job.launcher).start(job, job_vars, report, strategy)
+        launcher.start(job, job_vars, report, strategy)
     if jobdir.is_remote(job.local_dir):  # the files the nodes now have, into this machine's mirror
         job.local_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         jobdir.refresh(job.local_dir)
@@ -397,15 +276,6 @@ def start(
         set_state(job, "submitted", slurm_job_id=job.slurm_id)
     remember(job)
     return job
-
-
-def submit_host(found: inv.Inventory) -> str:
-    """Where Slurm jobs are submitted: the [slurm_controller] host, else [head] (the scheduler stage's controller)."""
-    for group in ("slurm_controller", "head"):
-        members = found.hosts_of(group)
-        if members:
-            return members[0]
-    raise UsageError(f"{found.path}: no [head] host to submit Slurm jobs on", "add the Slurm controller as [head] or [slurm_controller]")
 
 
 MAX_LOG_TAIL = 64 << 20  # bytes of a node's log `job logs` looks at (its end)
@@ -463,9 +333,9 @@ def node_log(job: Job, node: str | None, lines: int, pattern: re.Pattern[str] | 
 
 def job_spec(job: Job) -> JobSpec:
     """The spec stored with the job (``spec.yml``, read as the cluster user's file: :mod:`megaprov.untrusted`)."""
-    from megaprov.training import launch
+    from megaprov.training import target
 
-    return launch.read(str(job.local_dir / "spec.yml"), untrusted.job_root(job.local_dir))[0]
+    return target.read(str(job.local_dir / "spec.yml"), untrusted.job_root(job.local_dir))[0]
 
 
 def job_state(job: Job) -> str:
@@ -627,14 +497,14 @@ def follow_job(
             every = WAIT_POLL if waiting else RUNNING_POLL
             if job.launcher == "slurm" and time.monotonic() - last_asked > every:
                 last_asked = time.monotonic()
-                found = launcher.state(job, SILENT)  # type: ignore[attr-defined]
+                found = launcher.state(job, SILENT)
                 if found.describe() != said:
                     said = found.describe()
                     if on_waiting:
                         on_waiting(said)
                 if found.state == "PENDING" and "held" not in found.reason.lower():
                     last_news = time.monotonic()  # a queue is not a stall (a job held after a failed launch is)
-                elif not found.alive and found.job_id == slurm_current(job):  # over, and no continuation since
+                elif not found.alive and found.job_id == launcher.current_id(job):  # over, and no continuation since
                     # The nodes' last lines (their exit lines) may have been written while Slurm was asked: read
                     # them before judging (a full suite caught "torchrun did not finish cleanly ... (running)" on a
                     # job Slurm had seen COMPLETED with exit 0:0).
@@ -642,10 +512,10 @@ def follow_job(
                     states = [log.node_state(h) for h in hosts]
                     if hosts and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
                         return Outcome("finished", log)
-                    return Outcome("failed", log, f"{found.describe()}; " + "; ".join(launcher_events(job)[-2:]))
+                    return Outcome("failed", log, f"{found.describe()}; " + "; ".join(launcher.events(job)[-2:]))
             if job.launcher != "slurm" and all(s.startswith(("exited", "failed")) for s in states):
                 all_down_since = all_down_since or time.monotonic()
-                if time.monotonic() - all_down_since > RESTART_SEC + 15:  # the units would have started torchrun again by now
+                if time.monotonic() - all_down_since > launcher.restart_wait_s:  # the units would have started torchrun again by now
                     reason = launcher.gave_up(job, log, SILENT)
                     if reason is not None:
                         return Outcome("failed", log, reason)
@@ -665,17 +535,9 @@ METRICS_PUSH_S = 10.0  # seconds between copies of metrics.prom to the head (a c
 RUNNING_POLL = 30.0  # and while one does
 
 
-def slurm_current(job: Job) -> str:
-    from megaprov.training.launchers import slurm
-
-    return slurm.current_id(job)
-
-
 def launcher_events(job: Job) -> list[str]:
-    """The Slurm batch script's own lines (allocations, requeues, the end), for reasons and reports."""
-    from megaprov.training.launchers import slurm
-
-    return slurm._events(job)
+    """The launcher's own lines about the job (a Slurm batch script's allocations, requeues, the end), for reasons and reports."""
+    return launchers.of(job.launcher).events(job)
 
 
 def _progress(name: str, log: follow.JobLog) -> Progress:
@@ -778,7 +640,7 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
     state is read, a job that is still "starting"/"running" in job.json but whose logs show every node's torchrun
     exited 0 at the last iteration gets its verdict and report now; with ``units`` (from ``job_status.yml``), a job
     whose units all gave up is judged failed. Returns whether a verdict was written."""
-    from megaprov.training import launch, planner
+    from megaprov.training import planner, target
 
     jobdir.refresh(job.local_dir)
     meta_path = job.local_dir / "job.json"
@@ -809,6 +671,6 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
         outcome = Outcome("failed", log, f"torchrun ended on {failed} and the units gave up")
     else:
         return False
-    found, _ = launch.cluster(spec, str(job.inventory), launch.Shape(meta.nodes, meta.gpus_per_node, meta.gpu))
+    found, _ = target.cluster(spec, str(job.inventory), target.Shape(meta.nodes, meta.gpus_per_node, meta.gpu))
     conclude(job, spec, planner.plan(spec, found), outcome, found.gpu.name != "cpu", {"judged_after_the_run": True})
     return True

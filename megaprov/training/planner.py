@@ -34,6 +34,7 @@ from itertools import product
 from typing import Any
 
 from megaprov import values
+from megaprov.cluster.rates import NodeRate
 from megaprov.errors import UsageError
 from megaprov.training import throughput
 from megaprov.training.jobspec import JobSpec, Problem
@@ -103,12 +104,15 @@ NVIDIA_SMI_NAMES: tuple[tuple[str, str], ...] = (
 # The share of a GEMM's isolated rate (``Gpu.gemm_share`` of the peak, or a node's measured rate: megaprov's preflight
 # times that isolated GEMM) that it sustains inside a Megatron-LM iteration, where the GPU runs at its power limit
 # and shares its SMs and memory with other kernels. Fitted with the step-time model's constants (``throughput``) on
-# Megatron-LM's H100 table: 0.774 of an H100's isolated 0.78, about 600 of 989 TFLOP/s.
+# Megatron-LM's H100 table (benchmarks/README.md).
 TRAINING_SHARE = 0.7744
 # NCCL's bus bandwidth as a share of the link: NVLink rings about 0.8 of the per-direction rate (360 of 450 GB/s on
 # DGX H100 for all-gather and reduce-scatter, nccl-tests), InfiniBand about 0.9 of the NIC.
 NVLINK_EFFICIENCY = 0.8
 NET_EFFICIENCY = 0.9
+# The lab trainer on CPU nodes spends most of its time outside GEMMs (Python, elementwise kernels, gloo): its share
+# of the node's measured fp32 GEMM rate, chosen so that a loaded 2-node lab passes and a node held to 10 % of a
+# CPU fails (benchmarks/README.md).
 CPU_MFU = 0.025
 
 
@@ -119,48 +123,12 @@ def default_mfu(cluster: Cluster) -> float:
     return TRAINING_SHARE if job_rates(cluster) else cluster.gpu.gemm_share * TRAINING_SHARE
 
 
-@dataclass(frozen=True)
-class NodeRate:
-    """A node's measured dense GEMM rate (the fact ``megaprov_compute`` the preflight role stores)."""
-
-    host: str
-    tflops_per_device: float  # the slowest device's (GPU), or the whole node's (CPU)
-    devices: int
-    backend: str  # torch-cuda, torch-cpu, numpy-cpu
-    dtype: str  # bfloat16 on GPUs, float32 on CPUs
-    measured_at: str = ""
-
-    @property
-    def gpu(self) -> bool:
-        return self.backend == "torch-cuda"
-
-
-RATE_BACKENDS = ("torch-cuda", "torch-cpu", "numpy-cpu")
-MAX_TFLOPS = 100_000.0  # per device: far above any GPU (an H200 is about 1,000 dense bf16)
-_DTYPE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
-
-
-def rate_from_fact(host: str, fact: Any) -> NodeRate | None:
-    """The node's rate from its stored fact (``megaprov_compute``), or None when it holds none. The fact is the node's
-    word, so it is input: a rate that is not a finite positive number, an unknown backend or a malformed field is
-    refused with the node's name (a plan on it would divide by zero or judge against infinity)."""
-    if not isinstance(fact, dict) or fact.get("version") != 1:
-        return None
-    fix = f"measure it again (megaprov preflight -i INVENTORY --limit {host}): the recorded fact was not written by megaprov's preflight"
-    tflops = fact.get("tflops_per_device")
-    if isinstance(tflops, bool) or not isinstance(tflops, (int, float)) or not (math.isfinite(tflops) and 0 < tflops <= MAX_TFLOPS):
-        raise UsageError(f"node {host}: its recorded compute rate tflops_per_device={values.shown(tflops)} is not a positive finite number", fix)
-    devices = fact.get("devices") or []
-    if not isinstance(devices, list) or len(devices) > 1024:
-        raise UsageError(f"node {host}: its recorded compute rate lists devices={values.shown(devices)}, not a list of at most 1,024", fix)
-    backend, dtype, measured = fact.get("backend"), fact.get("dtype"), fact.get("measured_at", "")
-    if backend not in RATE_BACKENDS:
-        raise UsageError(f"node {host}: its recorded compute rate has backend={values.shown(backend)}, not one of {', '.join(RATE_BACKENDS)}", fix)
-    if not isinstance(dtype, str) or not _DTYPE.fullmatch(dtype):
-        raise UsageError(f"node {host}: its recorded compute rate has dtype={values.shown(dtype)}, not a dtype name", fix)
-    if not isinstance(measured, str) or len(measured) > 64 or values.control_character(measured):
-        raise UsageError(f"node {host}: its recorded compute rate has measured_at={values.shown(measured)}, not a time stamp", fix)
-    return NodeRate(host, float(tflops), len(devices) or 1, backend, dtype, measured)
+def gpu_model(name: str, where: str) -> str:
+    """The name megaprov knows the GPU ``name`` by (an alias or nvidia-smi's name), refused when it knows none."""
+    known = gpu_named(name)
+    if known is None or known.name == "cpu":
+        raise UsageError(f"{where} {values.shown(name)} is not a GPU megaprov knows", "use one of " + ", ".join(g for g in GPUS if g != "cpu"))
+    return known.name
 
 
 def rate_text(tflops: float) -> str:

@@ -4,7 +4,7 @@ full shared directory) and doctor names each on its node, drains the nodes with 
 --exclude-unhealthy` leaves them out; repaired, it finds nothing again.
 
 The lab's containers share the host's clock (chronyd only tracks there): clock skew cannot be made on them, so the
-clock checks are tested on recorded readings (tests/unit/test_doctor_health.py); a stopped chrony is the service."""
+clock checks are tested on recorded readings (tests/unit/ops/test_doctor_health.py); a stopped chrony is the service."""
 
 import pytest
 from conftest import ROOT, megaprov, podman_exec

@@ -1,4 +1,4 @@
-"""Megatron-LM's own training code on the lab (issue 29): the README run's bootstrap checked out the real tree at
+"""Megatron-LM's own training code on the lab: the README run's bootstrap checked out the real tree at
 core_v0.16.1 (from the upstream snapshot, MEGAPROV_MEGATRON_LM), built its dataset helpers and ran the role's model
 check as the cluster user on every node; here every example job's rendered arguments go through Megatron-LM's own
 parse_args and validate_args on a lab node, as the cluster user, and build the model (shrunk: the lab has no GPU),

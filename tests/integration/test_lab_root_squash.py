@@ -1,4 +1,4 @@
-"""The lab's training share squashes root as NFS does (issue 13 item 4): root on a node is nobody on /shared, the
+"""The lab's training share squashes root as NFS does: root on a node is nobody on /shared, the
 cluster user (uid 2000 on every node) is itself; so every stage, `megaprov data prepare -i` and `megaprov train`
 must write there as the cluster user. On the old lab (/shared a plain podman volume) root wrote as root and the
 old job_launch.yml (`install -d -o megaprov` as root) passed; on a real root-squashed NFS mount it failed."""

@@ -39,7 +39,7 @@ def lab(request):
 @pytest.fixture(scope="module")
 def cluster(lab, tmp_path_factory):
     """The lab bootstrapped, with each node's compute rate measured and the lab's data prepared."""
-    from megaprov.training import rates
+    from megaprov.cluster import rates
 
     nodes, inventory = lab["nodes"], lab["inventory"]
     if any(podman_exec(n["container"], "test", "-x", "/opt/megaprov/venv/bin/python").returncode for n in nodes):

@@ -30,7 +30,7 @@ def test_the_newcomer_sees_megaprovs_progress_not_tool_noise(readme_run):
     noise = [line for line in output.splitlines() if NOISE.search(line)]
     assert not noise, noise[:10]
     # setup says what it does, bootstrap says where the time went
-    # (with uv, setup.sh's default installer since issue 17; its pip fallback says "pip install")
+    # (with uv, setup.sh's default installer; its pip fallback says "pip install")
     assert "setup: uv install -e .[lab]" in output, output[:2000]
     stages = re.search(r"^time per stage: (.*)$", output, re.M)
     assert stages and "python " in stages.group(1) and "ssh_mesh " in stages.group(1), output[-4000:]

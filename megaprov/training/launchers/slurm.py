@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from megaprov import untrusted, values
-from megaprov.errors import UsageError
+from megaprov import paths, untrusted, values
+from megaprov.cluster import inventory as inv
+from megaprov.cluster import plays, runner
+from megaprov.errors import RunFailed, UsageError
 from megaprov.output import SILENT, Reporter
+from megaprov.training import jobmeta, render
+
+if TYPE_CHECKING:
+    from megaprov.training.follow import JobLog
+    from megaprov.training.jobs import Job
+    from megaprov.training.jobspec import JobSpec
 
 SLURM_ID = re.compile(r"^\d{1,12}$")
 # Every job state squeue(1) lists (JOB STATE CODES, 24 of them) is in one of these: over, or not over. REVOKED is a
@@ -27,6 +36,9 @@ ALIVE = (
     "PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING",
     "STOPPED", "SPECIAL_EXIT", "RESV_DEL_HOLD",
 )  # fmt: skip
+# What job_slurm.yml says (set_stats): sbatch --parsable's output (action submit), the job's record (action status)
+SUBMITTED = "slurm_submitted"
+STATE = "slurm_state"
 
 
 @dataclass(frozen=True)
@@ -69,11 +81,18 @@ class SlurmState:
         }
 
 
-def current_id(job: Any) -> str:
+def submit_host(found: inv.Inventory) -> str:
+    """Where Slurm jobs are submitted: the [slurm_controller] host, else [head] (the scheduler stage's controller)."""
+    for group in ("slurm_controller", "head"):
+        members = found.hosts_of(group)
+        if members:
+            return members[0]
+    raise UsageError(f"{found.path}: no [head] host to submit Slurm jobs on", "add the Slurm controller as [head] or [slurm_controller]")
+
+
+def current_id(job: Job) -> str:
     """The job's current Slurm id: its latest continuation (``launch/slurm-jobs``), else the one megaprov submitted.
     The file is on the shared directory (the cluster user writes it): only whole digit lines count."""
-    from megaprov.training import render
-
     try:
         text = untrusted.read_text(
             job.local_dir / render.SLURM_JOBS_FILE, "Slurm continuations", 1 << 20, untrusted.job_root(job.local_dir), tail=True
@@ -140,71 +159,73 @@ def parse_state(job: str, text: str) -> SlurmState:
 
 class SlurmLauncher:
     name = "slurm"
+    restart_wait_s = 0.0  # Slurm itself says when the job is over (state), not a wait after the nodes exited
 
-    def _run(self, job: Any, action: str, report: Reporter, **extra: Any) -> Any:
-        from megaprov import paths
-        from megaprov.cluster import inventory as inv
-        from megaprov.training import jobs
-
+    def _run(self, job: Job, action: str, report: Reporter, **extra: Any) -> runner.RunResult:
         # The host Ansible reaches comes from the inventory, never from job.json (the cluster user can write it).
-        job.submit_host = jobs.submit_host(inv.load(job.inventory, paths.roles_dir(), paths.cluster_defaults()))
+        job.submit_host = submit_host(inv.load(job.inventory, paths.roles_dir(), paths.cluster_defaults()))
         job_vars = job.vars(action=action, submit_host=job.submit_host, slurm_id=current_id(job) or "0", **extra)
-        return jobs._play(job, "job_slurm.yml", job_vars, report, collect=("ansible.builtin.command", "command"), hosts=1)
+        return plays.run("job_slurm.yml", job.inventory, {"megaprov_job": job_vars}, report, 1)
 
-    def start(self, job: Any, job_vars: dict[str, Any], report: Reporter, strategy: str) -> None:
-        from megaprov.training import jobs
+    def stage(self, job: Job, spec: JobSpec, rendered: render.Rendered, found: inv.Inventory, staging: Path) -> dict[str, Any]:
+        """The batch script and the node script srun runs; the job is submitted on the Slurm controller."""
+        job.submit_host = submit_host(found)
+        (staging / render.SLURM_BATCH_SCRIPT).write_text(rendered.sbatch or "")
+        (staging / render.SLURM_NODE_SCRIPT).write_text(rendered.slurm_node or "")
+        return {}
 
+    def start(self, job: Job, job_vars: dict[str, Any], report: Reporter, strategy: str) -> None:
         submit = {**job_vars, "action": "submit", "submit_host": job.submit_host, "slurm_id": "0", "grace": 0}
-        result = jobs._play(job, "job_slurm.yml", submit, report, collect=("ansible.builtin.command", "command"), hosts=1)
+        result = plays.run("job_slurm.yml", job.inventory, {"megaprov_job": submit}, report, 1)
         if not result.ok:
-            raise jobs._failure(result, f"job {job.name} not submitted")
-        submitted = [t for t in result.results if t.task == "Submit the batch script"]
-        if not submitted:
-            raise jobs.JobFailed(f"job {job.name}: sbatch printed no job id", f"see {result.artifacts}/stdout")
-        job.slurm_id = job_id(str(submitted[-1].res.get("stdout", "")), "sbatch --parsable")
+            raise plays.failure(result, f"job {job.name} not submitted")
+        if not isinstance(result.data.get(SUBMITTED), str):
+            raise RunFailed(f"job {job.name}: sbatch printed no job id", f"see {result.artifacts}/stdout")
+        job.slurm_id = job_id(result.data[SUBMITTED], "sbatch --parsable")
 
-    def state(self, job: Any, report: Reporter = SILENT) -> SlurmState:
+    def state(self, job: Job, report: Reporter = SILENT) -> SlurmState:
         result = self._run(job, "status", report)
         if not result.ok:  # the controller did not answer this time (a bootstrap restarting slurmctld, SSH)
             first = result.failures[0].message if result.failures else f"ansible-playbook ended with status {result.status}"
             return SlurmState(current_id(job), "UNKNOWN", values.printable(first)[:200])
-        found = [t for t in result.results if t.task == "Read the job's state"]
-        return parse_state(current_id(job), str(found[-1].res.get("stdout", "")) if found else "")
+        said = result.data.get(STATE)
+        return parse_state(current_id(job), said if isinstance(said, str) else "")
 
-    def stop(self, job: Any, report: Reporter) -> None:
-        from megaprov.training import jobs
+    def current_id(self, job: Job) -> str:
+        return current_id(job)
 
+    def events(self, job: Job) -> list[str]:
+        """The batch script's own lines (allocations, requeues, the end), for reasons and reports."""
+        return _events(job)
+
+    def stop(self, job: Job, report: Reporter) -> None:
         grace = _grace(job)
         result = self._run(job, "stop", report, grace=grace)
         if not result.ok:
-            raise jobs._failure(result, f"job {job.name}: stop failed")
+            raise plays.failure(result, f"job {job.name}: stop failed")
 
-    def states(self, job: Any, report: Reporter) -> dict[str, dict[str, str]]:
+    def states(self, job: Job, report: Reporter) -> dict[str, dict[str, str]]:
         found = self.state(job, report)
         return {"slurm": {k: "" if v is None else str(v) for k, v in found.as_dict().items()}}
 
-    def log_hosts(self, job: Any) -> list[str]:
+    def log_hosts(self, job: Job) -> list[str]:
         """The nodes of the job's current allocation (``launch/nodes``, which the batch script writes as it starts):
         an earlier allocation's nodes, whose last state was their failure or their save at the time limit, are not
         this run's. Before any allocation: none. The file is the cluster user's: only host names count."""
-        from megaprov.training import render
-
         try:
             text = untrusted.read_text(job.local_dir / render.SLURM_NODES_FILE, "Slurm allocation", 1 << 20, untrusted.job_root(job.local_dir))
         except UsageError:
             return []
         return [line.strip() for line in text.splitlines() if values.HOST_NAME.fullmatch(line.strip())][: values.MAX_HOSTS]
 
-    def gave_up(self, job: Any, log: Any, report: Reporter) -> str | None:
+    def gave_up(self, job: Job, log: JobLog, report: Reporter) -> str | None:
         found = self.state(job, report=SILENT)
         if found.alive:
             return None
         return f"{found.describe()}; " + "; ".join(_events(job)[-2:])
 
 
-def _events(job: Any) -> list[str]:
-    from megaprov.training import render
-
+def _events(job: Job) -> list[str]:
     path = job.local_dir / render.SLURM_EVENTS
     try:
         text = untrusted.read_text(path, "Slurm events", 1 << 20, untrusted.job_root(job.local_dir), tail=True, strict=False)
@@ -213,10 +234,8 @@ def _events(job: Any) -> list[str]:
     return [values.printable(line.removeprefix("megaprov: ")) for line in text.splitlines() if line.startswith("megaprov: slurm job")]
 
 
-def _grace(job: Any) -> int:
+def _grace(job: Job) -> int:
     """Seconds ``job stop`` waits for the ranks' checkpoint: the stop grace rendered for the job (job.json)."""
-    from megaprov.training import jobmeta
-
     try:
         grace = values.bounded_int(jobmeta.load(job.local_dir / "job.json", job.name).raw.get("stop_grace_s", 0), "stop_grace_s", 0, 1 << 30)
     except UsageError:

@@ -1,14 +1,17 @@
-"""From a job spec and an inventory (or a cluster shape given by flags) to a checked plan and rendered launch."""
+"""A job's target: the cluster a job spec runs on (from the inventory, or a shape given by flags) with the nodes'
+measured rates, and the spec read and checked against it. It starts nothing: :mod:`megaprov.training.jobs` does."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from megaprov import paths, untrusted, values
 from megaprov.cluster import inventory as inv
+from megaprov.cluster import rates
 from megaprov.errors import UsageError
-from megaprov.training import jobspec, nodefacts, planner, rates, render
+from megaprov.training import jobspec, nodefacts, planner, render
 from megaprov.training.jobspec import JobSpec, JobSpecError
 
 
@@ -91,7 +94,14 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
     found_cluster = nodefacts.KnownCluster(
         nodes, gpn, gpu, shared, job_hosts, stack=stack, write_mbps=write_mbps, write_source="inventory" if write not in (None, "") else "default"
     )
-    return rates.with_rates(found_cluster, inventory_path), hosts  # dataclasses.replace keeps the KnownCluster
+    return with_rates(found_cluster, inventory_path), hosts
+
+
+def with_rates(cluster: planner.Cluster, inventory: str | None) -> planner.Cluster:
+    """``cluster`` with the measured rates of its hosts (unchanged without an inventory; replace keeps a KnownCluster)."""
+    if not inventory or not cluster.hosts:
+        return cluster
+    return dataclasses.replace(cluster, rates=rates.known(Path(inventory), cluster.hosts))
 
 
 def check(spec: JobSpec, text: str, source: str, world: int | None, gpus_per_node: int | None) -> None:

@@ -14,7 +14,7 @@ Measured before choosing this (Debian 12, bindfs 1.14.7): bindfs always mounts w
 acts as the mounter, so root keeps CAP_DAC_OVERRIDE; with --map=65534/0 root's files land as nobody but root
 still writes into root's and the cluster user's 0755 directories.
 
-Usage: squashfs.py BACKING_DIR MOUNT_POINT  (root; python3-fusepy). Runs in the foreground.
+Usage: rootsquash_fs.py BACKING_DIR MOUNT_POINT  (root; python3-fusepy). Runs in the foreground.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _syscall_numbers() -> dict[str, int]:
         return {"setgroups": 116, "setfsuid": 122, "setfsgid": 123}
     if machine == "aarch64":
         return {"setgroups": 159, "setfsuid": 151, "setfsgid": 152}
-    raise SystemExit(f"squashfs: no syscall numbers for {machine}")
+    raise SystemExit(f"rootsquash_fs: no syscall numbers for {machine}")
 
 
 class Identity:
