@@ -1,4 +1,4 @@
-"""Bytes fetched from outside the cluster with the head's package cache, per node count (issue 17).
+"""Bytes fetched from outside the cluster with the head's package cache, per node count.
 
 For each LAB:N it starts the lab (`megaprov lab up --nodes N --name LAB`; the lab turns megaprov_package_cache on),
 runs `megaprov bootstrap -i INV --tags preflight,cache,base` (base installs the distribution packages on every node,

@@ -12,7 +12,7 @@ size, so the ratio is the cost of the content, not of the bytes):
 - 7,000 identical iteration lines (the loss-trend analysis was quadratic in them);
 - 1,000 lines of 4,095 characters without a space (a regex backtracked on each);
 - 1,000 lines of 4,095 characters made of one rule's fixed text again and again ("port: 1 ", "[PG ", ...): each
-  pattern's worst line as tests/unit/test_doctor_bounded.py finds it.
+  pattern's worst line as tests/unit/ops/test_doctor_bounded.py finds it.
 
 Each figure is the command's wall time from its start (the interpreter and imports included: see the empty log's
 line) and its peak resident memory, ``ru_maxrss`` of that child (``os.wait4``: what

@@ -11,7 +11,7 @@ is never touched. A survivor counts against the score unless `benchmarks/mutatio
 it: each entry names the file, the function, the line before and after the mutation, and why the two behave the
 same. Score = killed / (mutants - explained equivalents); timeouts count as killed (the mutant hangs a test).
 
-    .venv/bin/python benchmarks/bench_mutation.py [--module planner ...] [--tests tests/unit/test_x.py ...]
+    .venv/bin/python benchmarks/bench_mutation.py [--module planner ...] [--tests tests/unit/training/test_x.py ...]
         [--survivors] [--check] [--jobs 2] [--keep DIR]
 
 --survivors prints the diff of every unexplained survivor; --check exits 1 when a module is under the target
@@ -54,7 +54,7 @@ MODULES = {
     "ssh_check": "ansible_collections/megaprov/cluster/plugins/modules/ssh_check.py",
     "pci": "ansible_collections/megaprov/cluster/plugins/module_utils/pci.py",
 }
-FAST_TIERS = ["tests/unit", "tests/cli"]
+FAST_TIERS = ["tests/unit", "tests/cli", "tests/tools", "ansible_collections/megaprov/cluster/tests/unit"]
 # Directories the tests read beside the code (they resolve paths from the repository root).
 ALSO_COPY = ["schemas", "examples", "inventories", "molecule", "scripts", "benchmarks", "README.md"]
 KILLED = {"killed", "timeout"}
@@ -163,7 +163,7 @@ def collect(dest: Path, paths: dict[str, str], equivalents: list[dict[str, str]]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--module", action="append", choices=sorted(MODULES), help="a module to mutate (repeat; default: all)")
-    ap.add_argument("--tests", nargs="+", default=FAST_TIERS, help="the test selection (default: the fast tiers, tests/unit tests/cli)")
+    ap.add_argument("--tests", nargs="+", default=FAST_TIERS, help="the test selection (default: the fast tiers and the collection's plugin tests)")
     ap.add_argument("--survivors", action="store_true", help="print the diff of every unexplained survivor")
     ap.add_argument("--check", action="store_true", help=f"exit 1 when a module scores under {TARGET:.0%} or an equivalent entry is stale")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once")

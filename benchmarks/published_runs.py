@@ -1,5 +1,5 @@
 """Published Megatron-LM throughput figures, as data: the planner's step-time model is fitted on the first table and
-checked on the others (``bench_planner.py`` prints both; ``tests/unit/test_planner_calibration.py`` holds them).
+checked on the others (``bench_planner.py`` prints both; ``tests/unit/training/test_planner_calibration.py`` holds them).
 
 Sources (figures transcribed from the images and tables named; sizes as published):
 

@@ -30,7 +30,7 @@ if [ -z "${MEGAPROV_SKIP_PY312:-}" ] && [ -n "$PY312" ] && [ "$(.venv/bin/python
   if [ ! -f "$stamp312" ]; then
     [ -x .venv312/bin/python ] || "$PY312" -m venv .venv312
     # No torch here (its CPU wheel on this disk is for 3.11): the data tests skip, saying so.
-    # grafana-foundation-sdk: test_dashboards checks the dashboards against Grafana's schema (the pin of the test extras);
+    # grafana-foundation-sdk: tests/tools/test_dashboards.py checks the dashboards against Grafana's schema (the pin of the test extras);
     # jsonschema: test_grammar validates the JSON envelope against its schema
     .venv312/bin/pip install -q -e ".[mitogen]" pytest hypothesis "jsonschema>=4.18" "$(grep -o '"grafana-foundation-sdk==[^"]*"' pyproject.toml | tr -d '"')"
     touch "$stamp312"
@@ -40,7 +40,7 @@ if [ -z "${MEGAPROV_SKIP_PY312:-}" ] && [ -n "$PY312" ] && [ "$(.venv/bin/python
   # They run beside the main session (a few minutes of CPU that would otherwise lead it); their output is shown at the end.
   echo "test: unit and CLI tests on $(.venv312/bin/python --version), beside the main run (log: .megaprov/test-py312.log)"
   mkdir -p .megaprov
-  .venv312/bin/pytest -q -p no:cacheprovider tests/unit tests/cli >.megaprov/test-py312.log 2>&1 &
+  .venv312/bin/pytest -q -p no:cacheprovider tests/unit tests/cli tests/tools ansible_collections/megaprov/cluster/tests/unit >.megaprov/test-py312.log 2>&1 &
   PY312_PID=$!
 else
   echo "test: no Python 3.12 here; the unit and CLI tests run on $(.venv/bin/python --version) only"
@@ -53,7 +53,7 @@ fi
 rc=0
 if [ $# -gt 0 ] || [ "${MEGAPROV_TEST_PARTS:-}" = 0 ]; then
   # pytest exits 5 when it collected no test: that is a failure, never a silent pass.
-  .venv/bin/pytest --durations=40 tests "$@" || rc=$?
+  .venv/bin/pytest --durations=40 tests ansible_collections/megaprov/cluster/tests/unit "$@" || rc=$?
 else
   mkdir -p .megaprov
   read -r -a parts <<<"${MEGAPROV_TEST_PARTS:-lab lab-2 molecule-1 molecule-2 quick}"
@@ -66,7 +66,7 @@ else
   for part in "${parts[@]}"; do
     started[$part]=$(date +%s)
     .venv/bin/python scripts/partcpu.py ".megaprov/test-$part.cpu" \
-      .venv/bin/pytest -p no:cacheprovider --durations=20 --part "$part" tests >".megaprov/test-$part.log" 2>&1 &
+      .venv/bin/pytest -p no:cacheprovider --durations=20 --part "$part" tests ansible_collections/megaprov/cluster/tests/unit >".megaprov/test-$part.log" 2>&1 &
     pids[$part]=$!
   done
   summary=()

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Rewrite the golden files of the example jobs (tests/unit/golden/: <job>.args, <job>.node0.sh, <job>.sbatch).
+"""Rewrite the golden files of the example jobs (tests/fixtures/golden/: <job>.args, <job>.node0.sh, <job>.sbatch).
 
     .venv/bin/python scripts/update_golden.py [JOB ...] [--dir DIR]
 
-The golden test (tests/unit/test_render.py) only compares: when a change to the renderer changes what an example
+The golden test (tests/unit/training/test_render.py) only compares: when a change to the renderer changes what an example
 renders, review the difference, run this, and commit the new files with the change. Nothing else writes them, and
 this refuses to run under CI (CI set to anything but empty/false/0/no): CI checks the committed files, never its own
 output. What the files hold is defined once, in tests/helpers/golden.py.
@@ -29,7 +29,7 @@ def in_ci() -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("jobs", nargs="*", help="example job names (default: every examples/jobs/*.yml)")
-    ap.add_argument("--dir", type=Path, default=GOLDEN, help="where to write (default: tests/unit/golden)")
+    ap.add_argument("--dir", type=Path, default=GOLDEN, help="where to write (default: tests/fixtures/golden)")
     args = ap.parse_args(argv)
     if in_ci():
         print("update_golden: refusing to rewrite golden files under CI (CI is set): CI compares them", file=sys.stderr)

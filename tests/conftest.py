@@ -7,14 +7,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # megaprov's state (runs, fact caches, lab inventories and keys) stays inside the checkout under test, not in the
-# user's XDG state directory; a test that needs the XDG default unsets it (tests/unit/test_paths.py).
+# user's XDG state directory; a test that needs the XDG default unsets it (tests/unit/core/test_paths.py).
 os.environ.setdefault("MEGAPROV_STATE", str(ROOT / ".megaprov" / "state"))
 
 
-# ansible-core's module_utils replace sys.intern with a callable object when first imported (so that its tagged str
-# subclasses may be interned). That is right in a module's own process, and wrong in this one: torch's dynamo, imported
-# later by another test module, registers a substitute for sys.intern and refuses anything but a function, so the data
-# tests failed to import after tests/unit/test_slurm.py. The builtin is put back after every in-process Ansible import.
+# ansible-core's module_utils replace sys.intern with a callable object when first imported (for its tagged str
+# subclasses): right in a module's own process, wrong in this one, where torch's dynamo accepts only the builtin
+# function. The builtin is put back after every in-process Ansible import.
 _INTERN = sys.intern
 
 
@@ -38,6 +37,20 @@ def load_module(path: Path, name: str):
     return module
 
 
+def pytest_configure(config):
+    # The collection's code is imported as Ansible imports it, through its collection loader over the checkout, in every
+    # test of the session (ansible-test units installs its own the same way): a plain namespace import of
+    # ansible_collections by a plugin test would hide ansible.builtin from every later in-process template.
+    # The checkout first, then Ansible's configured paths, each once: not sys.path, where the checkout may appear twice
+    # ('' and its absolute path under `python -m pytest`) and the loader then refuses the collection found in two places.
+    from ansible import constants
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+
+    if not any(isinstance(finder, _AnsibleCollectionFinder) for finder in sys.meta_path):
+        paths = list(dict.fromkeys(os.path.realpath(p) for p in [ROOT, *constants.COLLECTIONS_PATHS]))
+        _AnsibleCollectionFinder(paths=paths, scan_sys_paths=False)._install()
+
+
 def pytest_collectstart(collector):
     # a test module that imports ansible itself (not through load_module) patches it at collection: undone before the next
     restore_intern()
@@ -59,15 +72,14 @@ def root() -> Path:
 #   molecule-1, molecule-2
 #               the Molecule scenarios (each with its own containers and network), split by how long each took in a
 #               full run (seconds; a new scenario counts 600 until measured);
-#   quick       everything else: unit, CLI and static tests.
-# (pytest-xdist's --dist loadgroup would do this in one session, but with pytest 9.2 its groups no longer take effect:
-# it renames items through Item._nodeid, which pytest 9.2 no longer reads.)
-MOLECULE_SECONDS = {  # as measured with the whole suite running side by side (stop 24's run on this machine kind)
+#   quick       everything else: unit, CLI, static and tools tests, and the collection's plugin tests.
+# (pytest-xdist's --dist loadgroup cannot: with pytest 9.2 its groups no longer take effect.)
+MOLECULE_SECONDS = {  # each scenario's wall time with the whole suite running side by side on a 2-core machine
     "package_cache": 870,
     "common": 810,
     "nccl": 740,
     "slurm": 715,
-    "observe": 700,  # a first estimate (its own run: 470 s); NodeDown and TrainingStalled are the lab's (test_lab_observe)
+    "observe": 700,
     "python_stack": 690,
     "nfs": 665,
     "nvidia_driver": 555,
@@ -78,9 +90,11 @@ MOLECULE_SECONDS = {  # as measured with the whole suite running side by side (s
 }
 MOLECULE_GROUPS = 2
 PARTS = ("lab", "lab-2", *(f"molecule-{i + 1}" for i in range(MOLECULE_GROUPS)), "quick")
-# Integration tests whose labs are their own (no README run): the lab-2 part. (The root-squash tests had a 2-node lab of
-# their own, bootstrapped twice and trained on; every lab's share squashes root, so they run on the README run's lab.)
+# Integration tests whose labs are their own (no README run): the lab-2 part.
 OWN_LAB_FIXTURES = ("lab3",)
+# The collection's plugin tests, where `ansible-test units` finds them (tests/static/test_collection_sanity.py runs it);
+# scripts/test.sh gives pytest this folder beside tests/, in the quick part.
+PLUGIN_TESTS = "ansible_collections/megaprov/cluster/tests/unit"
 
 
 def molecule_groups(scenarios: list[str]) -> dict[str, str]:
@@ -95,8 +109,11 @@ def molecule_groups(scenarios: list[str]) -> dict[str, str]:
 
 
 def part_of(nodeid: str) -> str:
-    """The folder under tests/ a test belongs to, for the time-per-part summary: unit, cli, static, molecule, integration."""
+    """The folder under tests/ a test belongs to, for the time-per-part summary: unit, cli, static, tools, molecule,
+    integration; or plugins, for the collection's plugin tests (ansible_collections/megaprov/cluster/tests/unit/plugins)."""
     parts = nodeid.split("/")
+    if nodeid.startswith(PLUGIN_TESTS + "/"):
+        return "plugins"
     return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
 
 

@@ -1,4 +1,4 @@
-"""An impossible driver x CUDA x torch x GPU combination: one line, exit 2, and no host contacted (issue 13, item 3).
+"""An impossible driver x CUDA x torch x GPU combination: one line, exit 2, and no host contacted.
 
 The hosts are TEST-NET-1 addresses (192.0.2.0/24, RFC 5737): nothing answers there, so a run that tried to reach
 one would hang in SSH's connect timeout instead of failing at once.

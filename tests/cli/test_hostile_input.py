@@ -1,4 +1,4 @@
-"""Issue 12 §4: every hostile example exits 2 with one line, fast, before any host is contacted, and writes nothing
+"""Every hostile example exits 2 with one line, fast, before any host is contacted, and writes nothing
 outside where it belongs. Runs the real CLI (megaprov.cli.main, and the console script where the import time
 matters)."""
 
@@ -482,7 +482,7 @@ def test_top_takes_only_an_http_url(capsys, tmp_path, url):
     usage(capsys, "top", "-i", inventory(tmp_path), "--url", url, "--once", needle="--url")
 
 
-# ---- issue 35: what the cluster hands back (job files, logs, facts, Prometheus) is hostile too
+# ---- what the cluster hands back (job files, logs, facts, Prometheus) is hostile too
 
 # Sequences a terminal acts on (clipboard write, clear screen, window title, an OSC 8 link, the 8-bit CSI, a
 # bidirectional override) and rich markup (a link, a closing tag that crashed rich, an emoji code).

@@ -159,7 +159,7 @@ def test_train_dry_run_prints_each_node(capsys, tmp_path):
 def test_train_dry_run_json(capsys, tmp_path):
     inv = gpu_inventory(tmp_path)
     # llama-8b forces Transformer Engine and reads a Hugging Face tokenizer: refused on nodes set up by the roles'
-    # defaults, in one line, before anything runs (issue 29)
+    # defaults, in one line, before anything runs
     code, out, err = run(capsys, "train", "--job", JOBS / "llama-8b-2nodes.yml", "-i", inv, "--dry-run", "--output", "json")
     assert code != ExitCode.OK and "forces --transformer-impl transformer_engine but the nodes have no Transformer Engine" in err
     with inv.open("a") as f:  # an inventory that installs both

@@ -1,7 +1,7 @@
-"""What the golden files of the example jobs hold (tests/unit/golden/): each example's pretrain_gpt.py arguments
+"""What the golden files of the example jobs hold (tests/fixtures/golden/): each example's pretrain_gpt.py arguments
 (<job>.args), the node script of its node rank 0 (<job>.node0.sh) and, for a Slurm job, its sbatch script
 (<job>.sbatch) and the script srun runs on every node (<job>.slurm-node.sh), rendered on a fixed cluster.
-tests/unit/test_render.py compares them; only scripts/update_golden.py writes them."""
+tests/unit/training/test_render.py compares them; only scripts/update_golden.py writes them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from megaprov.training.planner import GPUS
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
-GOLDEN = ROOT / "tests" / "unit" / "golden"
+GOLDEN = ROOT / "tests" / "fixtures" / "golden"
 UPDATE_COMMAND = ".venv/bin/python scripts/update_golden.py"
 SHARED = "/shared"
 # The fixed cluster: the spec's nodes and GPUs per node (H100s; CPU nodes for the lab trainer), addresses 10.0.0.1...,

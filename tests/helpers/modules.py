@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from typing import Any
 
-import pytest
-from ansible.module_utils.testing import patch_module_args
+# the one runner of a module's main(), kept with the collection's plugin tests
+from ansible_collections.megaprov.cluster.tests.unit.plugins.modules.utils import run_module
 
-
-def run_module(main: Callable[[], Any], args: dict, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
-    """main() with `args` as the module's JSON arguments: its exit status and the JSON result it printed."""
-    with patch_module_args(args), pytest.raises(SystemExit) as stop:
-        main()
-    code = stop.value.code
-    return (0 if code is None else code if isinstance(code, int) else 1), json.loads(capsys.readouterr().out)
+__all__ = ["role_vars", "run_module", "trusted"]
 
 
 def trusted(value: Any) -> Any:

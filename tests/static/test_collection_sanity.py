@@ -1,5 +1,6 @@
-"""`ansible-test sanity` passes on the collection megaprov.cluster (issue 18): module documentation against the
-argument specs (validate-modules), imports, compile, pep8, pylint, yamllint, runtime metadata, shebangs, ansible-doc.
+"""`ansible-test sanity` passes on the collection megaprov.cluster: module documentation against the argument specs
+(validate-modules), imports, compile, pep8, pylint, yamllint, runtime metadata, shebangs, ansible-doc. And
+`ansible-test units` runs the plugin tests (tests/unit/plugins/ of the collection) where a collection's user runs them.
 
 ansible-test runs on a copy of the collection's files as git lists them (tracked and untracked, never ignored ones
 such as __pycache__ or tests/output), laid out as .../ansible_collections/megaprov/cluster as ansible-test requires.
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = Path("ansible_collections") / "megaprov" / "cluster"
@@ -68,7 +70,8 @@ def collection_files() -> list[str]:
     return sorted({name for name in proc.stdout.split("\0") if name and (ROOT / name).is_file()})
 
 
-def test_ansible_test_sanity_passes(tmp_path):
+def copy_collection(tmp_path: Path) -> Path:
+    """The collection's files (collection_files) copied under tmp_path, laid out as ansible-test requires; its root."""
     files = collection_files()
     assert f"{COLLECTION}/galaxy.yml" in files
     for name in files:
@@ -76,15 +79,40 @@ def test_ansible_test_sanity_passes(tmp_path):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, target)
     cache_get_pip()
+    return tmp_path / COLLECTION
+
+
+def ansible_test(where: Path, *argv: str) -> tuple[int, str]:
     proc = subprocess.run(
-        [str(BIN / "ansible-test"), "sanity", "--venv", "--python", PYTHON, "--color", "no"],
-        cwd=tmp_path / COLLECTION,
+        [str(BIN / "ansible-test"), *argv, "--venv", "--python", PYTHON, "--color", "no"],
+        cwd=where,
         capture_output=True,
         text=True,
         env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
         timeout=1200,
     )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-6000:]
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_ansible_test_sanity_passes(tmp_path):
+    code, output = ansible_test(copy_collection(tmp_path), "sanity")
+    assert code == 0, output[-6000:]
     # every sanity test ran (none skipped for a missing tool), and validate-modules saw the modules
     assert "validate-modules" in output and "Skipping sanity test" not in output, output[-6000:]
+
+
+def test_ansible_test_units_runs_the_plugin_tests(tmp_path):
+    collection = copy_collection(tmp_path)
+    tests = sorted(str(p.relative_to(collection)) for p in (collection / "tests" / "unit" / "plugins").rglob("test_*.py"))
+    assert len(tests) >= 8, tests
+    code, output = ansible_test(collection, "units")
+    assert code == 0, output[-6000:]
+    # every plugin test file ran (ansible-test's JUnit reports, one per group of plugins), none failed or was skipped
+    ran, failed = set(), []
+    for report in (collection / "tests" / "output" / "junit").glob("*.xml"):
+        for case in ElementTree.parse(report).iter("testcase"):
+            # the test's module, or its module and class, dotted from the collection's root
+            dotted = case.get("classname", "")
+            ran |= {f"{name.replace('.', '/')}.py" for name in (dotted, dotted.rpartition(".")[0])} & set(tests)
+            failed += [case.get("name")] if case.find("failure") is not None or case.find("error") is not None else []
+    assert set(tests) <= ran and not failed, (sorted(set(tests) - ran), failed, output[-3000:])
