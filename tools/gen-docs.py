@@ -463,9 +463,19 @@ def collection_readme() -> str:
 
 def outputs() -> dict[Path, str]:
     """Every generated file and the text it must hold now."""
-    os.environ.setdefault("COLUMNS", "100")
+    # argparse wraps its help to the terminal's width (COLUMNS): the page is written at 100 columns on any terminal,
+    # and the process's environment is left as it was (the tests generate the pages in their own session)
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        cli = cli_page()
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
     files = {
-        REFERENCE / "cli.md": cli_page(),
+        REFERENCE / "cli.md": cli,
         REFERENCE / "exit-codes.md": exit_codes_page(),
         REFERENCE / "doctor-codes.md": doctor_codes_page(),
         REFERENCE / "alert-rules.md": alert_rules_page(),

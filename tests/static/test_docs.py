@@ -2,6 +2,7 @@
 tutorial and how-to guides give parse with the real parser."""
 
 import importlib.util
+import os
 import re
 import shlex
 from pathlib import Path
@@ -30,6 +31,15 @@ GUIDES = [ROOT / "README.md", ROOT / "docs" / "tutorial" / "lab.md", *sorted((RO
 def test_every_generated_file_is_current(path):
     assert path.exists(), f"{path.relative_to(ROOT)} is missing: {FIX}"
     assert path.read_text() == GENERATED[path], f"{path.relative_to(ROOT)} is out of date: {FIX}"
+
+
+def test_generating_leaves_the_environment_as_it_was(monkeypatch):
+    """The pages are generated in the test session itself (at collection): the terminal width they are written at must
+    not leak into every later test's output, and they do not depend on this terminal's width."""
+    monkeypatch.setenv("COLUMNS", "61")
+    again = _generator().outputs()
+    assert os.environ["COLUMNS"] == "61"
+    assert again == GENERATED
 
 
 def test_the_reference_covers_what_the_issue_names():
