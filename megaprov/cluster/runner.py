@@ -102,6 +102,8 @@ class RunResult:
     plays: list[tuple[str, float]] = field(default_factory=list)
     # what the plays said to megaprov through ansible.builtin.set_stats (keys chosen by the playbook)
     data: dict[str, Any] = field(default_factory=dict)
+    # the run ended with the playbook's stats (a cancelled, timed-out or killed run did not: `data` is then unknown)
+    stats_seen: bool = False
 
     @property
     def ok(self) -> bool:
@@ -270,6 +272,7 @@ class EventFolder:
         self.play = ""
         self.plays: list[tuple[str, float]] = []
         self.data: dict[str, Any] = {}
+        self.stats_seen = False
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("event", "")
@@ -294,6 +297,7 @@ class EventFolder:
             window = _seconds(data.get("start"), data.get("end"))
             self.results.append(TaskResult(host or "?", data.get("task", ""), data.get("task_action", ""), res, window, data.get("role") or ""))
         elif kind == "playbook_on_stats":
+            self.stats_seen = True
             said = data.get("artifact_data")
             if isinstance(said, dict):
                 self.data = dict(said)
@@ -386,4 +390,5 @@ def run(spec: RunSpec, on_event: Callable[[dict[str, Any]], None] | None = None,
         error_line=error_line,
         plays=folder.plays,
         data=folder.data,
+        stats_seen=folder.stats_seen,
     )

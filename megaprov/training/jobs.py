@@ -30,6 +30,7 @@ from megaprov.owner import as_owner_of
 from megaprov.paths import PACKAGE_DIR, state_dir
 from megaprov.training import follow, jobdir, jobmeta, launchers, render, verdict
 from megaprov.training.jobspec import JobSpec
+from megaprov.training.launchers import systemd
 from megaprov.training.planner import Cluster, Plan
 
 
@@ -665,10 +666,11 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
             return False
         outcome = Outcome("failed", log, f"slurm job {slurm.get('slurm_job_id')} {slurm.get('state')}: " + "; ".join(launcher_events(job)[-2:]))
     elif units is not None and all(s.startswith(("exited", "failed")) for s in states):
-        if any(units.get(h, {}).get("ActiveState") in ("active", "activating", "reloading", "deactivating") for h in job.hosts):
+        # judged only once no unit is stopping either (its ExecStop may still be saving the checkpoint)
+        reason = systemd.gave_up({h: units.get(h, {}) for h in job.hosts}, job.hosts, log, systemd.WILL_RUN + ("deactivating",))
+        if reason is None:
             return False
-        failed = ", ".join(f"{h} ({s})" for h, s in zip(job.hosts, states, strict=True) if s != "exited-0")
-        outcome = Outcome("failed", log, f"torchrun ended on {failed} and the units gave up")
+        outcome = Outcome("failed", log, reason)
     else:
         return False
     found, _ = target.cluster(spec, str(job.inventory), target.Shape(meta.nodes, meta.gpus_per_node, meta.gpu))

@@ -161,10 +161,19 @@ class SlurmLauncher:
     name = "slurm"
     restart_wait_s = 0.0  # Slurm itself says when the job is over (state), not a wait after the nodes exited
 
-    def _run(self, job: Job, action: str, report: Reporter, **extra: Any) -> runner.RunResult:
-        # The host Ansible reaches comes from the inventory, never from job.json (the cluster user can write it).
-        job.submit_host = submit_host(inv.load(job.inventory, paths.roles_dir(), paths.cluster_defaults()))
-        job_vars = job.vars(action=action, submit_host=job.submit_host, slurm_id=current_id(job) or "0", **extra)
+    def __init__(self) -> None:
+        self._submit_hosts: dict[Path, str] = {}
+
+    def _submit_host(self, job: Job) -> str:
+        """The host Ansible reaches: from the inventory, never from job.json (the cluster user can write it); read
+        once per inventory by this launcher (a follower asks Slurm every few seconds)."""
+        if job.inventory not in self._submit_hosts:
+            self._submit_hosts[job.inventory] = submit_host(inv.load(job.inventory, paths.roles_dir(), paths.cluster_defaults()))
+        return self._submit_hosts[job.inventory]
+
+    def _run(self, job: Job, action: str, report: Reporter, slurm_id: str, **extra: Any) -> runner.RunResult:
+        job.submit_host = self._submit_host(job)
+        job_vars = job.vars(action=action, submit_host=job.submit_host, slurm_id=slurm_id or "0", **extra)
         return plays.run("job_slurm.yml", job.inventory, {"megaprov_job": job_vars}, report, 1)
 
     def stage(self, job: Job, spec: JobSpec, rendered: render.Rendered, found: inv.Inventory, staging: Path) -> dict[str, Any]:
@@ -184,12 +193,15 @@ class SlurmLauncher:
         job.slurm_id = job_id(result.data[SUBMITTED], "sbatch --parsable")
 
     def state(self, job: Job, report: Reporter = SILENT) -> SlurmState:
-        result = self._run(job, "status", report)
+        """The state of the job's current Slurm job, labelled with the id that was asked about (a continuation
+        submitted while the play ran is not this answer's job: the caller compares with current_id)."""
+        asked = current_id(job)
+        result = self._run(job, "status", report, asked)
         if not result.ok:  # the controller did not answer this time (a bootstrap restarting slurmctld, SSH)
             first = result.failures[0].message if result.failures else f"ansible-playbook ended with status {result.status}"
-            return SlurmState(current_id(job), "UNKNOWN", values.printable(first)[:200])
+            return SlurmState(asked, "UNKNOWN", values.printable(first)[:200])
         said = result.data.get(STATE)
-        return parse_state(current_id(job), said if isinstance(said, str) else "")
+        return parse_state(asked, said if isinstance(said, str) else "")
 
     def current_id(self, job: Job) -> str:
         return current_id(job)
@@ -200,7 +212,7 @@ class SlurmLauncher:
 
     def stop(self, job: Job, report: Reporter) -> None:
         grace = _grace(job)
-        result = self._run(job, "stop", report, grace=grace)
+        result = self._run(job, "stop", report, current_id(job), grace=grace)
         if not result.ok:
             raise plays.failure(result, f"job {job.name}: stop failed")
 

@@ -3,6 +3,7 @@ runs the node's torchrun and starts it again after a failure (RestartSec, up to 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,15 +26,14 @@ WILL_RUN = ("active", "activating", "reloading")
 # What job_launch.yml says (set_stats) once it starts units: from then on a failure must stop them on every node
 UNITS_MAY_RUN = "units_may_run"
 
-JOB_MARKER = render.JOB_MARKER
 
 # ExecStop of every job unit, run by systemd on `systemctl stop` (and after a node script that ended with 0): with
 # $MAINPID alive it hands SIGTERM to the node script and waits for it (the ranks save a checkpoint, the node script
 # reaps what is left); then it reaps whatever of the job is still there, for a node script that was killed itself.
 STOP_SCRIPT = f"""#!/bin/bash
 # Written by megaprov train: ExecStop of the job's unit on every node (argument: $MAINPID, empty once it exited).
-unit=${{{JOB_MARKER}:-}}
-unset {JOB_MARKER}  # what this script starts is not part of the job
+unit=${{{render.JOB_MARKER}:-}}
+unset {render.JOB_MARKER}  # what this script starts is not part of the job
 main=${{1:-}}
 if [ -n "$main" ] && kill -0 "$main" 2>/dev/null; then
     kill -TERM "$main"
@@ -63,7 +63,7 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
         "Type=simple",
         "User=" + values.systemd_value(values.posix_user(user, "megaprov_cluster_user"), "User"),
         "Group=" + values.systemd_value(user, "Group"),
-        "Environment=" + values.systemd_value(f"{JOB_MARKER}={job.unit}", "Environment"),  # the unit name is a job name: no spaces
+        "Environment=" + values.systemd_value(f"{render.JOB_MARKER}={job.unit}", "Environment"),  # the unit name is a job name: no spaces
         "WorkingDirectory=" + values.systemd_value(job.job_dir, "WorkingDirectory"),
         "ExecStart=" + values.systemd_exec_line(["/bin/bash", f"{job.job_dir}/launch/{host}.sh"]),
         # $MAINPID is systemd's: the node script's PID while it runs, empty after it exited.
@@ -120,8 +120,10 @@ class SystemdLauncher:
     def start(self, job: Job, job_vars: dict[str, Any], report: Reporter, strategy: str) -> None:
         result = plays.run("job_launch.yml", job.inventory, {"megaprov_job": job_vars}, report, len(job.hosts), strategy=strategy)
         if not result.ok:
-            if result.data.get(UNITS_MAY_RUN):
-                self.stop_units(job, report)  # some units may run: stop them all
+            # some units may run: stop them all. A run that ended without the play's stats (cancelled, timed out,
+            # ansible-playbook gone) cannot say it stopped before the start: stopped too.
+            if result.data.get(UNITS_MAY_RUN) or not result.stats_seen:
+                self.stop_units(job, report)
             raise plays.failure(result, f"job {job.name} not started")
 
     def stop_units(self, job: Job, report: Reporter) -> runner.RunResult:
@@ -161,8 +163,13 @@ class SystemdLauncher:
         return list(job.hosts)
 
     def gave_up(self, job: Job, log: JobLog, report: Reporter) -> str | None:
-        units = self.states(job, report=SILENT)
-        if any(u.get("ActiveState") in WILL_RUN for u in units.values()):
-            return None
-        failed = ", ".join(f"{h} ({log.node_state(h)})" for h in job.hosts if log.node_state(h) != "exited-0")
-        return f"torchrun ended on {failed} and the units gave up"
+        return gave_up(self.states(job, report=SILENT), job.hosts, log)
+
+
+def gave_up(units: Mapping[str, Mapping[str, str]], hosts: list[str], log: JobLog, going: tuple[str, ...] = WILL_RUN) -> str | None:
+    """Why the job's units will not run torchrun again (every node's torchrun has exited), or None while one of them
+    is in a ``going`` ActiveState (by default: runs or will be started again)."""
+    if any(u.get("ActiveState") in going for u in units.values()):
+        return None
+    failed = ", ".join(f"{h} ({log.node_state(h)})" for h in hosts if log.node_state(h) != "exited-0")
+    return f"torchrun ended on {failed} and the units gave up"

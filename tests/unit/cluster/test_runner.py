@@ -190,9 +190,10 @@ def test_what_a_play_says_through_set_stats_and_its_tasks_roles_are_folded():
     folder = runner.EventFolder(collect=("ansible.builtin.debug",))
     folder(_event("runner_on_ok", "head", "Any name", task_action="ansible.builtin.debug", res={"msg": "observe: x"}, role="prometheus"))
     folder(_event("runner_on_ok", "head", "Another", task_action="ansible.builtin.debug", res={"msg": "y"}))
+    assert not folder.stats_seen  # a run cut short before its stats: what it would have said is unknown
     folder({"event": "playbook_on_stats", "event_data": {"ok": {"head": 2}, "artifact_data": {"slurm_submitted": "17\n"}}})
     assert [(r.role, r.res["msg"]) for r in folder.results] == [("prometheus", "observe: x"), ("", "y")]
-    assert folder.data == {"slurm_submitted": "17\n"}
+    assert folder.data == {"slurm_submitted": "17\n"} and folder.stats_seen
 
 
 def test_set_stats_and_roles_reach_the_result_of_a_real_run(tmp_path):
@@ -212,5 +213,5 @@ def test_set_stats_and_roles_reach_the_result_of_a_real_run(tmp_path):
     spec = runner.RunSpec(tmp_path / "play.yml", (tmp_path / "inventory.ini",), tmp_path / "run", tmp_path, tmp_path / "facts")
     result = runner.run(spec, collect=("ansible.builtin.debug",))
     assert result.ok, (result.status, result.failures, result.error_line)
-    assert result.data == {"slurm_submitted": "17", "units_may_run": True}
+    assert result.data == {"slurm_submitted": "17", "units_may_run": True} and result.stats_seen
     assert [(r.role.rpartition(".")[2], r.res["msg"]) for r in result.results] == [("prometheus", "observe: up")]

@@ -107,6 +107,36 @@ def test_the_current_slurm_id_is_the_last_continuation(tmp_path):
     assert slurm.current_id(job) == "17"
 
 
+def test_a_state_is_the_state_of_the_job_it_asked_about(tmp_path, monkeypatch):
+    """A continuation submitted while the status play ran is not the job the answer is about: the answer keeps the id
+    it asked with, so that the follower (which compares it with the current id) does not judge the new job over."""
+    from megaprov.cluster import runner
+
+    job = SimpleNamespace(local_dir=tmp_path, slurm_id="17", inventory=tmp_path / "inv.ini")
+    asked = []
+
+    def run(self, job, action, report, slurm_id, **extra):
+        asked.append(slurm_id)
+        (tmp_path / "launch").mkdir(exist_ok=True)
+        (tmp_path / "launch" / "slurm-jobs").write_text("18\n")  # the batch script continued meanwhile
+        said = RUNNING.replace("JobState=RUNNING", "JobState=FAILED") + "\n--- pending\n"
+        return runner.RunResult("successful", 0, [], [], [], tmp_path, 1.0, data={slurm.STATE: said}, stats_seen=True)
+
+    monkeypatch.setattr(slurm.SlurmLauncher, "_run", run)
+    found = slurm.SlurmLauncher().state(job)
+    assert asked == ["17"] and found.job_id == "17" and not found.alive
+    assert slurm.current_id(job) == "18"  # what the follower compares with: a continuation, the job goes on
+
+
+def test_the_submit_host_is_read_from_the_inventory_once_per_launcher(tmp_path, monkeypatch):
+    loads = []
+    monkeypatch.setattr(slurm.inv, "load", lambda *a: loads.append(a) or "found")
+    monkeypatch.setattr(slurm, "submit_host", lambda found: "head")
+    launcher = slurm.SlurmLauncher()
+    job = SimpleNamespace(inventory=tmp_path / "inv.ini")
+    assert [launcher._submit_host(job) for _ in range(3)] == ["head"] * 3 and len(loads) == 1
+
+
 def _meta(**changes):
     data = {
         "name": "j",

@@ -25,10 +25,10 @@ def _job() -> jobs.Job:
     )
 
 
-def _result(*failures: runner.Failure, data: dict | None = None) -> runner.RunResult:
-    return runner.RunResult(
-        "failed" if failures else "successful", 2 if failures else 0, [], list(failures), [], Path("/tmp/run"), 1.0, data=data or {}
-    )
+def _result(*failures: runner.Failure, data: dict | None = None, status: str = "", stats_seen: bool = True) -> runner.RunResult:
+    """A run that ended with the playbook's stats (``stats_seen``), as every run that ansible-playbook finished does."""
+    status = status or ("failed" if failures else "successful")
+    return runner.RunResult(status, 2 if failures else 0, [], list(failures), [], Path("/tmp/run"), 1.0, data=data or {}, stats_seen=stats_seen)
 
 
 def _tasks(playbook: str) -> list[dict]:
@@ -79,6 +79,17 @@ def test_a_launch_refused_before_any_unit_started_stops_nothing(plays, usage):
         SystemdLauncher().start(_job(), {}, SILENT, "linear")
     assert ran == ["job_launch.yml"]
     assert isinstance(exc.value, UsageError) == usage
+
+
+@pytest.mark.parametrize("status", ["canceled", "timeout", "failed"])
+def test_a_launch_that_ended_without_its_stats_stops_the_units(plays, status):
+    """Cancelled, timed out, or ansible-playbook gone mid-run: no stats, so the play could not say whether it had
+    reached the start step; units may run, and are stopped."""
+    ran, answers = plays
+    answers["job_launch.yml"] = _result(runner.Failure("node1", "any task", "any play", "interrupted", False), status=status, stats_seen=False)
+    with pytest.raises(MegaprovError):
+        SystemdLauncher().start(_job(), {}, SILENT, "linear")
+    assert ran == ["job_launch.yml", "job_stop.yml"]
 
 
 def test_a_start_that_succeeded_runs_one_play(plays):

@@ -102,6 +102,7 @@ def _outcome(monkeypatch, streams: dict[str, list[dict[str, Any]]], act) -> tupl
             Path("/r"),
             1.0,
             data=folder.data,
+            stats_seen=folder.stats_seen,
         )
 
     monkeypatch.setattr(plays, "run", play)
