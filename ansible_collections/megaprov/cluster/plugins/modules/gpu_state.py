@@ -100,6 +100,16 @@ smi:
   type: list
   elements: dict
   returned: always
+smi_rc:
+  description: >-
+    nvidia-smi's exit status (0 when it was not run). Non-zero with rows in O(smi) is a node where a GPU has fallen
+    off the bus - nvidia-smi lists the others and exits 15.
+  type: int
+  returned: always
+smi_error:
+  description: The first line nvidia-smi wrote on standard error (at most 300 characters), empty when none.
+  type: str
+  returned: always
 """
 
 import os
@@ -203,10 +213,13 @@ def main():
     fm_pkg, fm_version = first(versions, module.params["fabricmanager_packages"])
     gpus = pci_gpus(root)
     loaded = loaded_version(root)
-    smi = []
+    smi, smi_rc, smi_error = [], 0, ""
     if loaded and shutil.which("nvidia-smi"):
-        rc, out, err = module.run_command(SMI_QUERY)
-        smi = parse_smi(out) if rc == 0 else []
+        # the rows it printed count whatever its status: with a GPU fallen off the bus it lists the others, says which
+        # one it lost on stderr and exits 15
+        smi_rc, out, err = module.run_command(SMI_QUERY)
+        smi = parse_smi(out)
+        smi_error = next((line.strip() for line in err.splitlines() if line.strip()), "")[:300]
     boot = secure_boot(root)
     enrolled = False
     key = os.path.join(root, "var/lib/dkms/mok.pub")
@@ -225,6 +238,8 @@ def main():
         "fabricmanager_package": fm_pkg,
         "fabricmanager_version": upstream(fm_version) if fm_version else "",
         "smi": smi,
+        "smi_rc": smi_rc,
+        "smi_error": smi_error,
         "action": decide(gpus, driver_version, loaded, nouveau_loaded(root)),
     }
     module.exit_json(changed=False, **state)

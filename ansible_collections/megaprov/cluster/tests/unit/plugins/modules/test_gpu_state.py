@@ -216,8 +216,31 @@ def test_module_reads_a_node_with_the_driver_loaded(tmp_path, capsys, monkeypatc
         "fabricmanager_package": "nvidia-fabricmanager-580",  # held (hi) counts as installed
         "fabricmanager_version": "580.95.05",
         "smi": [{"index": 0, **h100}, {"index": 1, **h100}],
+        "smi_rc": 0,
+        "smi_error": "",
         "action": "none",
     }
+
+
+LOST = """#!/bin/sh
+echo "$@" > "$0.args"
+echo "0, NVIDIA H100 80GB HBM3, 81559, 580.95.05, 00000000:18:00.0, Enabled"
+echo "Unable to determine the device handle for GPU1: 0000:2A:00.0: Unknown Error" >&2
+exit 15
+"""
+
+
+def test_a_gpu_fallen_off_the_bus_keeps_the_rows_and_nvidia_smi_s_own_error(tmp_path, capsys, monkeypatch):
+    """As nvidia-smi answers on a node whose GPU fell off the bus (tests/fixtures/gpu_metrics/gpu-lost): the GPUs it
+    still lists, its status 15 and the line that names the lost GPU, for the role's check to show."""
+    root, bin_dir = tmp_path / "root", tmp_path / "bin"
+    h100_node(root)
+    put(root, "sys/module/nvidia/version", "580.95.05\n")
+    tool(bin_dir, "nvidia-smi", LOST)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    result = run_module({"root": str(root)}, capsys)
+    assert [g["index"] for g in result["smi"]] == [0] and result["smi_rc"] == 15
+    assert result["smi_error"] == "Unable to determine the device handle for GPU1: 0000:2A:00.0: Unknown Error"
 
 
 def test_module_on_a_node_without_driver_or_tools(tmp_path, capsys, monkeypatch):
@@ -259,7 +282,7 @@ def test_module_without_package_names_does_not_ask_dpkg(tmp_path, capsys, monkey
     assert result["action"] == "no_gpu" and result["secure_boot"] == "unknown" and result["pci_gpus"] == []
 
 
-def test_module_ignores_nvidia_smi_when_it_fails(tmp_path, capsys, monkeypatch):
+def test_module_keeps_what_nvidia_smi_printed_and_its_status_when_it_fails(tmp_path, capsys, monkeypatch):
     root, bin_dir = tmp_path / "root", tmp_path / "bin"
     h100_node(root)
     put(root, "sys/module/nvidia/version", "580.95.05\n")
@@ -267,7 +290,7 @@ def test_module_ignores_nvidia_smi_when_it_fails(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.setenv("SMI_RC", "9")
     result = run_module({"root": str(root)}, capsys)
-    assert result["smi"] == [] and result["loaded_version"] == "580.95.05"
+    assert [g["index"] for g in result["smi"]] == [0, 1] and result["smi_rc"] == 9 and result["loaded_version"] == "580.95.05"
 
 
 def test_module_without_the_mok_key_does_not_ask_mokutil(tmp_path, capsys, monkeypatch):
