@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +30,8 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
 ROLES = COLLECTION / "roles"
@@ -290,7 +290,7 @@ def variable_table(role: str) -> list[str]:
 
 def role_readme(role: str, text: str) -> str:
     if TABLE_BEGIN not in text or TABLE_END not in text:
-        raise SystemExit(f"roles/{role}/README.md: no role-variables markers: put {TABLE_BEGIN!r} and {TABLE_END!r} under '## Role Variables'")
+        raise ValueError(f"roles/{role}/README.md: no role-variables markers: put {TABLE_BEGIN!r} and {TABLE_END!r} under '## Role Variables'")
     start, end = text.index(TABLE_BEGIN) + len(TABLE_BEGIN), text.index(TABLE_END)
     return text[:start] + "\n" + "\n".join(variable_table(role)) + "\n" + text[end:]
 
@@ -427,7 +427,7 @@ def collection_readme() -> str:
         if path.stem in stage_names:
             continue
         if path.stem not in COMMAND_PLAYBOOKS:
-            raise SystemExit(f"playbooks/{path.name}: not a stage and not in COMMAND_PLAYBOOKS of tools/gen-docs.py: say there what it does")
+            raise ValueError(f"playbooks/{path.name}: not a stage and not in COMMAND_PLAYBOOKS of tools/gen-docs.py: say there what it does")
         lines.append(f"| `megaprov.cluster.{path.stem}` | {COMMAND_PLAYBOOKS[path.stem]} |")
     lines += ["", "## Roles", "", "| role | what it does |", "|---|---|"]
     for role in role_names():
@@ -463,19 +463,8 @@ def collection_readme() -> str:
 
 def outputs() -> dict[Path, str]:
     """Every generated file and the text it must hold now."""
-    # argparse wraps its help to the terminal's width (COLUMNS): the page is written at 100 columns on any terminal,
-    # and the process's environment is left as it was (the tests generate the pages in their own session)
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"
-    try:
-        cli = cli_page()
-    finally:
-        if saved is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = saved
     files = {
-        REFERENCE / "cli.md": cli,
+        REFERENCE / "cli.md": cli_page(),
         REFERENCE / "exit-codes.md": exit_codes_page(),
         REFERENCE / "doctor-codes.md": doctor_codes_page(),
         REFERENCE / "alert-rules.md": alert_rules_page(),
@@ -495,6 +484,14 @@ def stale() -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        return generate(argv)
+    except ValueError as refused:  # the tree holds something the generator cannot document yet: say what, in one line
+        print(f"gen-docs: {refused}", file=sys.stderr)
+        return 2
+
+
+def generate(argv: list[str]) -> int:
     if "--check" in argv:
         old = stale()
         for path in old:

@@ -104,15 +104,20 @@ def test_ansible_test_sanity_passes(tmp_path):
 def test_ansible_test_units_runs_the_plugin_tests(tmp_path):
     collection = copy_collection(tmp_path)
     tests = sorted(str(p.relative_to(collection)) for p in (collection / "tests" / "unit" / "plugins").rglob("test_*.py"))
-    assert len(tests) >= 8, tests
+    assert tests, "no plugin test found under tests/unit/plugins"
     code, output = ansible_test(collection, "units")
     assert code == 0, output[-6000:]
-    # every plugin test file ran (ansible-test's JUnit reports, one per group of plugins), none failed or was skipped
-    ran, failed = set(), []
+    # every plugin test file ran a test (ansible-test's JUnit reports, one per group of plugins), none failed, and the
+    # only skip is the one that needs what a training environment has (torch or numpy, absent from ansible-test's venv)
+    ran, failed, skipped = set(), [], []
     for report in (collection / "tests" / "output" / "junit").glob("*.xml"):
         for case in ElementTree.parse(report).iter("testcase"):
+            if case.find("skipped") is not None:
+                skipped.append(case.get("name"))
+                continue
             # the test's module, or its module and class, dotted from the collection's root
             dotted = case.get("classname", "")
             ran |= {f"{name.replace('.', '/')}.py" for name in (dotted, dotted.rpartition(".")[0])} & set(tests)
             failed += [case.get("name")] if case.find("failure") is not None or case.find("error") is not None else []
     assert set(tests) <= ran and not failed, (sorted(set(tests) - ran), failed, output[-3000:])
+    assert skipped == ["test_the_measurement_script_runs_with_this_interpreter"], skipped

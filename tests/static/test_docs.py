@@ -2,7 +2,6 @@
 tutorial and how-to guides give parse with the real parser."""
 
 import importlib.util
-import os
 import re
 import shlex
 from pathlib import Path
@@ -22,55 +21,50 @@ def _generator():
     return module
 
 
-GENERATED = _generator().outputs()
 LINKED = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 GUIDES = [ROOT / "README.md", ROOT / "docs" / "tutorial" / "lab.md", *sorted((ROOT / "docs" / "how-to").glob("*.md"))]
 
 
-@pytest.mark.parametrize("path", sorted(GENERATED), ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_generated_file_is_current(path):
-    assert path.exists(), f"{path.relative_to(ROOT)} is missing: {FIX}"
-    assert path.read_text() == GENERATED[path], f"{path.relative_to(ROOT)} is out of date: {FIX}"
+@pytest.fixture(scope="session")
+def generated() -> dict[Path, str]:
+    """Every generated file and what it must hold now: generated once per session, by the tests that ask (a generator
+    that refuses the tree fails them, not the collection of the whole suite)."""
+    return _generator().outputs()
 
 
-def test_generating_leaves_the_environment_as_it_was(monkeypatch):
-    """The pages are generated in the test session itself (at collection): the terminal width they are written at must
-    not leak into every later test's output, and they do not depend on this terminal's width."""
-    monkeypatch.setenv("COLUMNS", "61")
-    again = _generator().outputs()
-    assert os.environ["COLUMNS"] == "61"
-    assert again == GENERATED
+def test_every_generated_file_is_current(generated):
+    stale = [str(path.relative_to(ROOT)) for path, text in sorted(generated.items()) if not path.exists() or path.read_text() != text]
+    assert not stale, f"out of date or missing: {', '.join(stale)}: {FIX}"
 
 
-def test_the_reference_covers_what_the_issue_names():
-    names = {p.name for p in GENERATED if p.parent == ROOT / "docs" / "reference"}
+def test_the_reference_covers_what_the_issue_names(generated):
+    names = {p.name for p in generated if p.parent == ROOT / "docs" / "reference"}
     assert names == {"cli.md", "exit-codes.md", "doctor-codes.md", "alert-rules.md", "role-variables.md", "support-matrix.md", "stages.md"}
     roles = sorted(p.name for p in (ROOT / "ansible_collections/megaprov/cluster/roles").iterdir() if p.is_dir())
-    assert sorted(p.parent.name for p in GENERATED if p.name == "README.md" and p.parent.parent.name == "roles") == roles
+    assert sorted(p.parent.name for p in generated if p.name == "README.md" and p.parent.parent.name == "roles") == roles
 
 
-def test_the_generated_pages_hold_every_code_and_rule():
+def test_the_generated_pages_hold_every_code_and_rule(generated):
     from megaprov.cluster.stages import STAGES
     from megaprov.errors import EXIT_CODES
     from megaprov.ops.doctor.findings import CODES
 
     reference = ROOT / "docs" / "reference"
-    assert all(f"| `{code}` |" in GENERATED[reference / "doctor-codes.md"] for code in CODES)
-    assert all(f"| {int(code)} | `{kind}` |" in GENERATED[reference / "exit-codes.md"] for code, (kind, _) in EXIT_CODES.items())
+    assert all(f"| `{code}` |" in generated[reference / "doctor-codes.md"] for code in CODES)
+    assert all(f"| {int(code)} | `{kind}` |" in generated[reference / "exit-codes.md"] for code, (kind, _) in EXIT_CODES.items())
     rules = (ROOT / "ansible_collections/megaprov/cluster/roles/prometheus/files/rules/megaprov.rules.yml").read_text()
-    assert all(f"| `{alert}` |" in GENERATED[reference / "alert-rules.md"] for alert in re.findall(r"^\s*- alert: (\w+)$", rules, re.M))
-    collection = GENERATED[ROOT / "ansible_collections/megaprov/cluster/README.md"]
+    assert all(f"| `{alert}` |" in generated[reference / "alert-rules.md"] for alert in re.findall(r"^\s*- alert: (\w+)$", rules, re.M))
+    collection = generated[ROOT / "ansible_collections/megaprov/cluster/README.md"]
     assert all(f"| `{name}` |" in collection for name, _ in STAGES)
     modules = ROOT / "ansible_collections/megaprov/cluster/plugins/modules"
     assert all(f"`megaprov.cluster.{p.stem}`" in collection for p in modules.glob("*.py") if p.stem != "__init__")
 
 
-def test_a_stale_table_is_reported(tmp_path, monkeypatch):
+def test_a_stale_table_is_replaced_and_a_readme_without_markers_refused():
     gen = _generator()
-    role = tmp_path / "README.md"
-    role.write_text(f"## Role Variables\n\n{gen.TABLE_BEGIN}\n| `old` | str | `x` | gone |\n{gen.TABLE_END}\n")
-    assert "| `nccl_method` |" in gen.role_readme("nccl", role.read_text())
-    with pytest.raises(SystemExit, match="no role-variables markers"):
+    rewritten = gen.role_readme("nccl", f"## Role Variables\n\n{gen.TABLE_BEGIN}\n| `old` | str | `x` | gone |\n{gen.TABLE_END}\n")
+    assert "| `nccl_method` |" in rewritten and "| `old` |" not in rewritten
+    with pytest.raises(ValueError, match="no role-variables markers"):
         gen.role_readme("nccl", "## Role Variables\n\n| `nccl_method` | str | `none` | x |\n")
 
 

@@ -117,6 +117,24 @@ def test_every_module_the_code_imports_is_in_the_wheel(source: Path, wheel_names
     assert [p for p in sorted(parents) if p not in modules] == [], "imports of modules the source does not have"
 
 
+def test_the_collection_code_the_package_imports_is_in_the_wheel(source: Path, wheel_names: set[str]) -> None:
+    """doctor, the renderer and the follower import the collection's module_utils (one Xid parser, one home for the
+    nvidia-smi queries): each such module is a file of the wheel."""
+    root = "ansible_collections.megaprov.cluster"
+    imported = set()
+    for path in (source / "megaprov").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(root + "."):
+                # `from ...plugins.module_utils import xid`: xid is the module
+                imported |= {f"{node.module}.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names if alias.name.startswith(root + ".")}
+    files = {name.replace(".", "/") + ".py" for name in imported}
+    files = {f for f in files if (source / f).is_file()}
+    assert {f"{COLLECTION}plugins/module_utils/gpu_query.py", f"{COLLECTION}plugins/module_utils/xid.py"} <= files
+    assert sorted(files - wheel_names) == []
+
+
 def test_the_wheel_carries_the_runtime_data(wheel_names: set[str]) -> None:
     assert {
         "megaprov/ansible.cfg",

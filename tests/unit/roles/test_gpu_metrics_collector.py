@@ -160,7 +160,7 @@ def test_gpu_fields_are_the_recorded_ones_and_known_to_nvidia_smi() -> None:
     remapped_query = "--query-remapped-rows=" + ",".join(gm.REMAPPED_FIELDS)
     for manifest in sorted(FIXTURES.rglob("replay.json")):
         asked = [entry["args"] for entry in json.loads(manifest.read_text())["answers"]]
-        assert [gpu_query, gm.GPU_FORMAT] in asked and [remapped_query, gm.REMAPPED_FORMAT] in asked, manifest
+        assert [gpu_query, gm.gpu_query.FORMAT] in asked and [remapped_query, gm.gpu_query.REMAPPED_FORMAT] in asked, manifest
     assert set(gm.GPU_FIELDS) | set(gm.GPU_FIELDS_EVENT_NAMES) <= replay.GPU_FIELDS
     assert set(gm.REMAPPED_FIELDS) <= replay.REMAPPED_FIELDS
     assert [f for f in gm.GPU_FIELDS_EVENT_NAMES if "reasons" in f] == [
@@ -676,7 +676,7 @@ def test_the_gpu_query_falls_back_to_the_event_reason_names(tmp_path: Path, monk
     event_query = "--query-gpu=" + ",".join(gm.GPU_FIELDS_EVENT_NAMES)
     shutil.copy(FIXTURES / "query-gpu.csv", tmp_path / "query-gpu.csv")
     manifest = {
-        "answers": [{"args": [event_query, gm.GPU_FORMAT], "stdout": "query-gpu.csv"}],
+        "answers": [{"args": [event_query, gm.gpu_query.FORMAT], "stdout": "query-gpu.csv"}],
         "unknown_fields": ["clocks_throttle_reasons.hw_thermal_slowdown", "clocks_throttle_reasons.sw_thermal_slowdown"],
     }
     (tmp_path / "replay.json").write_text(json.dumps(manifest))
@@ -696,22 +696,22 @@ def _replay(*args: str, directory: Path | None = None) -> subprocess.CompletedPr
 
 def test_the_replay_answers_the_recorded_queries_and_nothing_else(tmp_path: Path) -> None:
     gpu_query = "--query-gpu=" + ",".join(gm.GPU_FIELDS)
-    answered = _replay(gpu_query, gm.GPU_FORMAT)
+    answered = _replay(gpu_query, gm.gpu_query.FORMAT)
     assert answered.returncode == 0 and answered.stdout == fixture("query-gpu.csv")
     reordered = _replay("--format", "csv,noheader,nounits", gpu_query)  # option order and `--opt value` as nvidia-smi takes them
     assert reordered.returncode == 0 and reordered.stdout == answered.stdout
-    unknown = _replay("--query-gpu=index,uuid,clocks.applications.sm", gm.GPU_FORMAT)
+    unknown = _replay("--query-gpu=index,uuid,clocks.applications.sm", gm.gpu_query.FORMAT)
     assert (unknown.returncode, unknown.stdout) == (2, 'Field "clocks.applications.sm" is not a valid field to query.\n\n')
-    drifted = _replay("--query-gpu=" + ",".join(gm.GPU_FIELDS[:-1]), gm.GPU_FORMAT)  # valid fields, not the recorded list
+    drifted = _replay("--query-gpu=" + ",".join(gm.GPU_FIELDS[:-1]), gm.gpu_query.FORMAT)  # valid fields, not the recorded list
     assert drifted.returncode == 2 and "no recording" in drifted.stderr and drifted.stdout == ""
     other_format = _replay(gpu_query, "--format=csv")
     assert other_format.returncode == 2 and "no recording" in other_format.stderr
-    for args in ((), ("-L",), ("-q",), (gpu_query, gm.GPU_FORMAT, "--query-remapped-rows=gpu_bus_id")):
+    for args in ((), ("-L",), ("-q",), (gpu_query, gm.gpu_query.FORMAT, "--query-remapped-rows=gpu_bus_id")):
         refused = _replay(*args)
         assert refused.returncode == 9 and refused.stdout.startswith("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")
-    empty = _replay(gpu_query, gm.GPU_FORMAT, directory=tmp_path)
+    empty = _replay(gpu_query, gm.gpu_query.FORMAT, directory=tmp_path)
     assert empty.returncode == 9 and "NVIDIA-SMI has failed" in empty.stdout
-    lost = _replay(gpu_query, gm.GPU_FORMAT, directory=FIXTURES / "gpu-lost")
+    lost = _replay(gpu_query, gm.gpu_query.FORMAT, directory=FIXTURES / "gpu-lost")
     assert lost.returncode == 15 and lost.stdout.count("\n") == 7 and "Unable to determine the device handle" in lost.stderr
 
 
@@ -965,6 +965,8 @@ def test_the_installed_collector_counts_every_xid_form_with_the_collections_pars
     families = parse_exposition(out.read_text())
     counted = {(labels["gpu"], labels["xid"]): v for labels, v in families["megaprov_gpu_xid_errors_total"]["samples"]}
     assert counted == {("0000:3b:00", "31"): 1, ("0000:3b:00", "94"): 1, ("0000:03:00", "14"): 1, ("3", "79"): 1}
+    # nothing but what the role installed (it removes exactly those files with the collector): no __pycache__
+    assert sorted(p.name for p in node.iterdir()) == ["gpu_query.py", "megaprov_gpu_metrics.py", "xid.py"]
 
     (node / "xid.py").unlink()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)

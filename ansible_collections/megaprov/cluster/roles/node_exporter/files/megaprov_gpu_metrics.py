@@ -72,7 +72,12 @@ def _beside(name: str) -> ModuleType:
                 continue
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module  # before it runs: its dataclasses and NamedTuples look themselves up there
-            spec.loader.exec_module(module)
+            # the role installs the two files and removes them with the collector: no __pycache__ beside them
+            writes, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                sys.dont_write_bytecode = writes
             return module
     raise ImportError(f"{name}.py is not beside {__file__}: the node_exporter role installs it there")
 
@@ -82,9 +87,7 @@ xid = _beside("xid")
 
 GPU_FIELDS = gpu_query.METRICS
 GPU_FIELDS_EVENT_NAMES = gpu_query.METRICS_EVENT_NAMES
-GPU_FORMAT = gpu_query.FORMAT
 REMAPPED_FIELDS = gpu_query.REMAPPED
-REMAPPED_FORMAT = gpu_query.REMAPPED_FORMAT
 
 DEFAULT_NVIDIA_SMI = "/usr/bin/nvidia-smi"
 DEFAULT_KERNEL_LOG_COMMAND = "journalctl -k -b -o short-monotonic --no-pager"
@@ -109,7 +112,6 @@ MAX_BOOT_ID = 128  # bytes of the boot id file read
 STATE_VERSION = 1
 
 JOB_UNIT = re.compile(r"megaprov-job-([A-Za-z0-9][A-Za-z0-9_.-]{0,63})\.service")
-XID_LINE = xid.LINE  # kernel log lines: xid.py
 XID_MARKER = xid.MARKER.encode()
 PCI_BUS_ID = re.compile(r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])")
 NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
