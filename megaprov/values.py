@@ -15,6 +15,7 @@ Bounds (what a real cluster can have) are constants, documented in the README's 
 
 from __future__ import annotations
 
+import difflib
 import errno
 import ipaddress
 import os
@@ -22,7 +23,7 @@ import posixpath
 import re
 import shlex
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -413,3 +414,9 @@ def decode_utf8(data: bytes, what: str) -> str:
 def read_text(path: str | Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> str:
     """A UTF-8 text file (see :func:`read_bytes`); a leading byte-order mark is dropped."""
     return decode_utf8(read_bytes(path, what, max_bytes), f"{what} {path}").removeprefix("\ufeff")
+
+
+def close(word: str, choices: Iterable[str]) -> str | None:
+    """The one choice a mistyped word most likely meant, or None (for "did you mean" in a refusal)."""
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return found[0] if found else None

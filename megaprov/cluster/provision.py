@@ -98,7 +98,7 @@ def check_limit(limit: str, inventory: inv.Inventory) -> None:
 def check_tags(flag: str, tags: tuple[str, ...]) -> None:
     for tag in tags:
         if tag not in KNOWN_TAGS:
-            from megaprov.commands.base import close
+            from megaprov.values import close
 
             guess = close(tag, KNOWN_TAGS - {"never", "always"})
             stages = ", ".join(tag for tag, _ in STAGES)

@@ -4,7 +4,6 @@ flags every command spells the same way (-i/--inventory, -o/--output, --debug, -
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import tomllib
@@ -16,18 +15,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import yaml
 
 from megaprov.errors import ExitCode, UsageError
+from megaprov.values import close
 
 if TYPE_CHECKING:
     from megaprov.output import Reporter
 
 PROG = "megaprov"
 OUTPUTS = ("text", "json")
-
-
-def close(word: str, choices: Iterable[str]) -> str | None:
-    """The one choice a mistyped word most likely meant, or None."""
-    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return found[0] if found else None
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
