@@ -102,7 +102,7 @@ smi:
   returned: always
 smi_rc:
   description: >-
-    nvidia-smi's exit status (0 when it was not run). Non-zero with rows in O(smi) is a node where a GPU has fallen
+    nvidia-smi's exit status (0 when it was not run). Non-zero with rows in RV(smi) is a node where a GPU has fallen
     off the bus - nvidia-smi lists the others and exits 15.
   type: int
   returned: always
