@@ -367,6 +367,78 @@ def sbatch_path(value: Any, field: str) -> str:
     return _matching(value, field, SBATCH_PATH, "a path that can go on an #SBATCH line", "use a shared directory of letters, digits and /._-")
 
 
+# ---- container images and mounts (a job's launch.container)
+
+# An image reference as registries and podman read it (the distribution project's grammar): [REGISTRY[:PORT]/]NAME
+# [:TAG][@sha256:DIGEST], NAME of lower-case components separated by /. No scheme, no spaces, no credentials.
+_REGISTRY = r"(?:localhost|[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+)(?::[0-9]{1,5})?"
+_REGISTRY_PORT = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?:[0-9]{1,5}"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"^(?:(?P<registry>{_REGISTRY}|{_REGISTRY_PORT})/)?(?P<name>{_COMPONENT}(?:/{_COMPONENT})*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+MAX_IMAGE_REFERENCE = 255
+SQUASHFS_SUFFIXES = (".sqsh", ".squashfs")
+# A path pyxis and podman take inside one mount option: ':' and ',' separate their fields, so plain characters only.
+MOUNT_PATH = re.compile(r"^/[A-Za-z0-9_./-]{0,1000}$")
+# Where a mount may not go: what the runtime itself provides inside the container.
+RESERVED_TARGETS = ("/proc", "/sys", "/dev")
+# Names of environment variables that hold secrets: a job spec is copied to the shared directory, where every job
+# of the cluster reads it, and into the job's report.
+SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL)", re.IGNORECASE)
+SECRET_FIX = (
+    "keep secrets out of the job spec (it is copied to the shared directory): "
+    "registry logins belong in the inventory's enroot_registry_credentials (in a vault)"
+)
+
+
+def image_reference(value: Any, field: str) -> str:
+    """A container image: a registry reference (nvcr.io/nvidia/pytorch:25.01-py3, with a tag or digest) or an
+    absolute path of a squashfs file (.sqsh, made by ``megaprov image pull``/``enroot import``)."""
+    ref: str = text(value, field, MAX_PATH, empty=False)
+    if ref.startswith("/"):
+        path = absolute_path(ref, field)
+        if not MOUNT_PATH.fullmatch(path) or not path.endswith(SQUASHFS_SUFFIXES):
+            raise _fail(field, value, "is not a squashfs image path", "give a .sqsh file of letters, digits and /._- (from megaprov image pull)")
+        return path
+    head = ref.split("/", 1)[0]
+    if "://" in ref:
+        raise _fail(field, value, "has a scheme", "write the reference without it, as podman pull takes it: nvcr.io/nvidia/pytorch:25.01-py3")
+    if "@" in head and not head.split("@", 1)[1].startswith("sha256:"):  # USER[:PASSWORD]@REGISTRY/...
+        raise _fail(field, value, "holds credentials", SECRET_FIX)
+    if len(ref) > MAX_IMAGE_REFERENCE or not IMAGE_REFERENCE.fullmatch(ref):
+        raise _fail(
+            field,
+            value,
+            "is not an image reference",
+            "write REGISTRY/NAME:TAG (lower-case name, no spaces), e.g. nvcr.io/nvidia/pytorch:25.01-py3, or an absolute .sqsh path",
+        )
+    return ref
+
+
+def enroot_image(ref: str) -> str:
+    """A checked registry reference as pyxis hands it to enroot: the registry separated by '#' (enroot's URI form,
+    which every enroot release reads: ``nvcr.io#nvidia/pytorch:25.01-py3``); a squashfs path as it is. Pure."""
+    match = IMAGE_REFERENCE.fullmatch(ref)
+    if ref.startswith("/") or match is None or not match.group("registry"):
+        return ref
+    return f"{match.group('registry')}#{ref[len(match.group('registry')) + 1 :]}"
+
+
+def mount_path(value: Any, field: str) -> str:
+    """An absolute path for a container mount (a source on the node or a target inside the container)."""
+    path = absolute_path(value, field)
+    if not MOUNT_PATH.fullmatch(path):
+        raise _fail(field, value, "is not a plain path", "use letters, digits and /._- (':' and ',' separate mount options)")
+    return path
+
+
+def secret_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a secret (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY)."""
+    return SECRET_NAME.search(name) is not None
+
+
 # ---- files read from users
 
 

@@ -262,7 +262,8 @@ def start(
             )
         # The files travel inside the module call that unpacks them (megaprov.cluster.job_step): one round trip.
         job_vars = job.vars(
-            python=spec.launch.python,
+            python=spec.launch.interpreter,
+            container=spec.launch.container is not None,
             master_port=spec.launch.master_port,
             bundle_b64=base64.b64encode(data).decode(),
             resume=resume,

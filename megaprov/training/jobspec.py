@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from megaprov import values
 from megaprov.errors import UsageError
@@ -207,6 +207,92 @@ class Slurm(_Section):
         return None if value is None else str(_checked(values.sbatch_value, value))
 
 
+def _environment(value: dict[str, str], section: str) -> dict[str, str]:
+    for key, item in value.items():
+        _checked(values.env_name, key)
+        _checked(values.text, item)
+        if key in RESERVED_ENV:
+            raise _SpecValue(values.BadValue("", key, f"is set by megaprov itself ({RESERVED_ENV[key]})", f"remove it from {section}"))
+        if values.secret_name(key):
+            raise _SpecValue(values.BadValue("", key, "names a secret", values.SECRET_FIX))
+    return value
+
+
+class Mount(_Section):
+    """A directory of the node bound into the job's container."""
+
+    source: str = Field(
+        description="absolute path on the node, under the shared directory or a root the inventory allows (megaprov_container_mount_roots)"
+    )
+    target: str | None = Field(None, description="absolute path in the container; unset = the same as source")
+    readonly: bool = Field(True, description="mounted read-only")
+
+    @field_validator("source", "target")
+    @classmethod
+    def _plain(cls, value: str | None) -> str | None:
+        return None if value is None else str(_checked(values.mount_path, value))
+
+    @field_validator("target")
+    @classmethod
+    def _not_reserved(cls, value: str | None) -> str | None:
+        if value is not None and (value == "/" or any(values.inside(value, r) for r in values.RESERVED_TARGETS)):
+            raise _SpecValue(values.BadValue("", value, "is provided by the container runtime", "mount somewhere else (e.g. /mnt/NAME)"))
+        return value
+
+    @model_validator(mode="after")
+    def _source_as_target(self) -> Mount:
+        if self.target is None:
+            self._not_reserved(self.source)
+        return self
+
+    @property
+    def inside(self) -> str:
+        return self.target or self.source
+
+
+class Container(_Section):
+    """Run the job in a container image: pyxis (launcher slurm) or podman with NVIDIA's CDI devices (launcher torchrun).
+    The shared directory, the job's data and checkpoints, and launch.megatron_dir are mounted at their own paths."""
+
+    image: str = Field(
+        description="registry reference (nvcr.io/nvidia/pytorch:25.01-py3; pulled through the cluster's mirror) or an absolute .sqsh path on the "
+        "shared directory (launcher slurm)"
+    )
+    python: str = Field("/usr/bin/python3", description="the interpreter in the image that has torch (replaces launch.python)")
+    mounts: list[Mount] = Field(default_factory=list, max_length=64, description="further directories of the node to mount")
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV, description="environment set in the container only (after launch.env)")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        return str(_checked(values.image_reference, value))
+
+    @field_validator("python")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        return str(_checked(values.absolute_path, value))
+
+    @field_validator("mounts")
+    @classmethod
+    def _targets(cls, value: list[Mount]) -> list[Mount]:
+        seen: set[str] = set()
+        for mount in value:
+            target = mount.inside
+            if target in seen:
+                raise _SpecValue(values.BadValue("", target, "is the target of two mounts", "give each mount its own target"))
+            seen.add(target)
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _environment(cls, value: dict[str, str]) -> dict[str, str]:
+        return _environment(value, "launch.container.env")
+
+    @property
+    def squashfs(self) -> bool:
+        return self.image.startswith("/")
+
+
 class Launch(_Section):
     launcher: Literal["torchrun", "slurm"] = "torchrun"
     nodes: int = Field(1, ge=1, le=MAX_NODES)
@@ -221,21 +307,22 @@ class Launch(_Section):
     env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV, description="extra environment, e.g. NCCL_DEBUG: INFO")
     extra_args: list[str] = Field(default_factory=list, max_length=values.MAX_LIST, description="pass-through pretrain_gpt.py arguments")
     slurm: Slurm = Field(default_factory=lambda: Slurm())
+    container: Container | None = Field(None, description="run the job in a container image; unset = in the nodes' training environment")
 
     @field_validator("megatron_dir", "python")
     @classmethod
     def _absolute(cls, value: str) -> str:
         return str(_checked(values.absolute_path, value))
 
+    @property
+    def interpreter(self) -> str:
+        """The Python that runs torchrun and the ranks: the image's in a container, else the nodes' training environment."""
+        return self.container.python if self.container else self.python
+
     @field_validator("env")
     @classmethod
     def _environment(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, item in value.items():
-            _checked(values.env_name, key)
-            _checked(values.text, item)
-            if key in RESERVED_ENV:
-                raise _SpecValue(values.BadValue("", key, f"is set by megaprov itself ({RESERVED_ENV[key]})", "remove it from launch.env"))
-        return value
+        return _environment(value, "launch.env")
 
     @field_validator("extra_args")
     @classmethod

@@ -101,6 +101,7 @@ class KnownCluster(Cluster):
     stack: NodeStack = field(default=ROLE_DEFAULTS)
     write_mbps: float = DEFAULT_WRITE_MBPS
     write_source: str = "default"
+    container_roots: tuple[str, ...] = ()  # megaprov_container_mount_roots: where launch.container.mounts may come from
 
 
 def stack_of(cluster: Cluster) -> NodeStack:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ansible_collections.megaprov.cluster.plugins.module_utils import gpu_query
 from megaprov import values
-from megaprov.training import planner
+from megaprov.training import container, planner
 from megaprov.training.jobspec import PINNED_MEGATRON, JobSpec, JobSpecError, Problem
 from megaprov.training.nodefacts import DEFAULT_WRITE_MBPS, ROLE_DEFAULTS, NodeStack, stack_of, write_speed
 from megaprov.training.planner import Cluster
@@ -456,6 +456,8 @@ def _env(spec: JobSpec, passed: dict[str, str] | None = None, grace: StopGrace |
         env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(grace.torchrun_s)
     env.update({k: v for k, v in (passed or {}).items() if k in PASS_THROUGH_ENV})
     env.update(spec.launch.env)
+    if spec.launch.container is not None:
+        env.update(spec.launch.container.env)
     return env
 
 
@@ -475,7 +477,7 @@ def torchrun_argv(
     gloo mesh of the new attempt reaching the dead rank's address, and a re-started c10d rendezvous of the same id
     reported itself closed.)"""
     return [
-        spec.launch.python,
+        spec.launch.interpreter,
         "-m",
         "torch.distributed.run",
         "--nnodes",
@@ -551,8 +553,11 @@ def _script(
     argv: list[str],
     shared_dir: str,
     about: tuple[str, ...] = (),
+    gpus: bool = True,
 ) -> str:
     jdir = job_dir(spec, shared_dir)
+    box = spec.launch.container
+    runner = container.podman_lines(spec, box, shared_dir, jdir, rank, env, gpus) if box else []
     samples = shlex.quote(gpu_samples(jdir, host))
     lines = [
         "#!/bin/bash",
@@ -575,7 +580,8 @@ def _script(
         "# (--exit-signal-handler: they save a checkpoint), and wait for them; 143 = stopped on purpose.",
         "stopping=0",
         "trap 'stopping=1; kill -TERM $child 2>/dev/null' TERM",
-        " \\\n    ".join(_pairs(argv)) + " &",
+        *runner,
+        " \\\n    ".join((['"${podman[@]}"'] if box else []) + _pairs(argv)) + " &",
         "child=$!",
         "wait $child",
         "rc=$?",
@@ -598,7 +604,7 @@ def _impl_line(spec: JobSpec, impl: str, stack: NodeStack) -> str:
 def _path_line(spec: JobSpec) -> str:
     """The training environment's bin first on PATH: what Megatron-LM runs by name at start-up (``make`` of the
     dataset helpers calls ``python3``) is the venv's, as when the megatron role built them."""
-    return f'export PATH={shlex.quote(posixpath.dirname(spec.launch.python))}:"$PATH"'
+    return f'export PATH={shlex.quote(posixpath.dirname(spec.launch.interpreter))}:"$PATH"'
 
 
 def _pairs(argv: list[str]) -> list[str]:
@@ -662,7 +668,7 @@ def slurm_node_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | 
     env = _env(spec, passed, grace)
     per_gpu = spec.launch.slurm.shape == "per-gpu"
     if per_gpu:
-        argv = [spec.launch.python, *_entry(spec, shared), *megatron_args(spec, shared, stack)]
+        argv = [spec.launch.interpreter, *_entry(spec, shared), *megatron_args(spec, shared, stack)]
         command = " ".join(shlex.quote(w) for w in argv)
     else:
         argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "localhost", shared, stack)
@@ -748,6 +754,10 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
     events = q(posixpath.join(jdir, SLURM_EVENTS))
     stamp = "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
     tasks = f"--ntasks-per-node={cluster.gpus_per_node}" if per_gpu else "--ntasks-per-node=1"
+    box = spec.launch.container
+    # launch.container: pyxis runs every task of the step in the image (the node script too, so the image needs bash)
+    in_image = container.pyxis_mounts_lines(spec, shared) if box else []
+    pyxis = " " + container.pyxis_words(box, jdir) if box else ""
     body = [
         "set -uo pipefail",
         f"jdir={q(jdir)}",
@@ -764,7 +774,8 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         "limit=0",
         "# Near the time limit: SIGTERM to the steps (not to this script); the ranks save a checkpoint and exit.",
         """trap 'limit=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""",
-        f'srun --kill-on-bad-exit=1 {tasks} --cpu-bind=none bash "$jdir/{SLURM_NODE_SCRIPT}" &',
+        *in_image,
+        f'srun --kill-on-bad-exit=1 {tasks} --cpu-bind=none{pyxis} bash "$jdir/{SLURM_NODE_SCRIPT}" &',
         "step=$!",
         "while :; do wait $step; rc=$?; kill -0 $step 2>/dev/null || break; done",
         f'if [ -e "$jdir/{SLURM_STOP_FILE}" ]; then',
@@ -807,7 +818,7 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
     """Render every node's launch. ``hosts`` are (inventory name, address) of the training nodes, rank order;
     ``passed`` is the operator's environment, of which the ``PASS_THROUGH_ENV`` variables reach the ranks."""
     stack = stack_of(cluster)
-    problems = megatron_problems(spec) + stack_problems(spec, stack)
+    problems = megatron_problems(spec) + stack_problems(spec, stack) + container.problems(spec, cluster)
     # What the inventory gave (inventory.load checked it; checked again here, where it becomes text of a script).
     shared = values.absolute_path(cluster.shared_dir, "megaprov_shared_dir")
     for name, address in hosts:
@@ -867,7 +878,7 @@ def render(spec: JobSpec, cluster: Cluster, hosts: list[tuple[str, str]], passed
     launches = []
     for rank, (name, _address) in enumerate(chosen):
         argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, rank, master, shared, stack)
-        script = _script(spec, name, rank, cluster.nodes, env, argv, shared, about)
+        script = _script(spec, name, rank, cluster.nodes, env, argv, shared, about, gpus=cluster.gpu.name != "cpu")
         launches.append(NodeLaunch(name, rank, tuple(argv), tuple(sorted(env.items())), script))
     slurm = spec.launch.launcher == "slurm"
     sbatch = sbatch_script(spec, cluster, passed) if slurm else None

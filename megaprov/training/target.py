@@ -92,9 +92,30 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
             "set it to the shared directory's write speed in MB/s (> 0)",
         )
     found_cluster = nodefacts.KnownCluster(
-        nodes, gpn, gpu, shared, job_hosts, stack=stack, write_mbps=write_mbps, write_source="inventory" if write not in (None, "") else "default"
+        nodes,
+        gpn,
+        gpu,
+        shared,
+        job_hosts,
+        stack=stack,
+        write_mbps=write_mbps,
+        write_source="inventory" if write not in (None, "") else "default",
+        container_roots=mount_roots(found.host_var(first, "megaprov_container_mount_roots", []), found.path),
     )
     return with_rates(found_cluster, inventory_path), hosts
+
+
+def mount_roots(value: object, source: object) -> tuple[str, ...]:
+    """megaprov_container_mount_roots: the node directories a job's container may mount besides the shared directory."""
+    if not isinstance(value, list) or len(value) > values.MAX_LIST:
+        raise UsageError(
+            f"{source}: megaprov_container_mount_roots={values.shown(value)} is not a list of paths",
+            "write it as a YAML list such as [/scratch, /raid]",
+        )
+    roots = tuple(values.mount_path(item, "megaprov_container_mount_roots") for item in value)
+    if "/" in roots:
+        raise UsageError(f"{source}: megaprov_container_mount_roots holds /, which lets a job mount the whole node", "name the data directories")
+    return roots
 
 
 def with_rates(cluster: planner.Cluster, inventory: str | None) -> planner.Cluster:

@@ -174,3 +174,9 @@ def test_what_megaprov_train_packs_is_what_the_module_unpacks(tmp_path):
     dest.mkdir()
     assert step.unpack(jobs._bundle(staging), str(dest)) == 2
     assert (dest / "launch" / "node1.sh").read_text() == "#!/bin/bash\ntorchrun\n" and (dest / "logs").is_dir()
+
+
+def test_a_container_job_needs_podman_not_the_training_interpreter():
+    assert step.check_problems("j", "/usr/bin/podman", "inactive", 29500, False, "node1", container=True) == []
+    (missing,) = step.check_problems("j", "", "inactive", 29500, False, "node1", container=True)
+    assert "podman" in missing and "launch.container" in missing and "--tags containers" in missing and "launch.python" not in missing

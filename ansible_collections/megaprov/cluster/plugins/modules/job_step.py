@@ -33,8 +33,12 @@ options:
     type: str
     required: true
   python:
-    description: The training interpreter that must be executable (O(step=check)).
+    description: The training interpreter that must be executable (O(step=check) without O(container)).
     type: path
+  container:
+    description: The job runs in a container image (O(step=check)); podman must be installed instead of O(python) existing.
+    type: bool
+    default: false
   unit:
     description: The job's systemd unit name (O(step=check) and O(step=start)).
     type: str
@@ -107,6 +111,7 @@ import io
 import json
 import os
 import posixpath
+import shutil
 import subprocess
 import tarfile
 
@@ -131,10 +136,18 @@ def listening(port: int, tables: tuple[str, ...] = ("/proc/net/tcp", "/proc/net/
     return False
 
 
-def check_problems(name: str, python: str, state: str, port: int, port_busy: bool, host: str, unit: str = "its unit") -> list[str]:
-    """The reasons this node cannot start the job, each with its fix (empty when it can). Pure."""
+def check_problems(
+    name: str, python: str, state: str, port: int, port_busy: bool, host: str, unit: str = "its unit", container: bool = False
+) -> list[str]:
+    """The reasons this node cannot start the job, each with its fix (empty when it can). Pure. With ``container``,
+    ``python`` is podman's path (empty when the node has none)."""
     out = []
-    if not python:
+    if container and not python:
+        out.append(
+            f"podman, which runs the job's container (launch.container), is not installed on {host}: run "
+            "`megaprov bootstrap --tags containers` with megaprov_containers: true in the inventory"
+        )
+    elif not python:
         out.append(
             f"the training interpreter (launch.python) does not exist on {host}: run `megaprov bootstrap` "
             "(its python stage builds the training environment) or set launch.python"
@@ -211,7 +224,8 @@ def shape_problem(recorded: str | None, shape: dict, checkpoint_dir: str) -> str
 
 def step_check(module: AnsibleModule) -> None:
     p = module.params
-    python_ok = bool(p["python"]) and os.access(p["python"], os.X_OK)
+    runner = (shutil.which("podman") or "") if p["container"] else p["python"]
+    python_ok = bool(runner) and os.access(runner, os.X_OK)
     try:
         proc = subprocess.run(["systemctl", "show", "-p", "ActiveState", "--value", p["unit"]], capture_output=True, text=True, check=False)
         state = proc.stdout.strip() or "unknown"
@@ -219,7 +233,7 @@ def step_check(module: AnsibleModule) -> None:
         module.fail_json(msg=f"cannot ask systemd for {p['unit']}: {exc.strerror}")
     busy = bool(p["check_port"]) and listening(int(p["master_port"] or 0))
     host = p["host"] or os.uname().nodename
-    problems = check_problems(p["name"], p["python"] if python_ok else "", state, int(p["master_port"] or 0), busy, host, p["unit"])
+    problems = check_problems(p["name"], runner if python_ok else "", state, int(p["master_port"] or 0), busy, host, p["unit"], p["container"])
     if problems:
         module.fail_json(msg="; ".join(problems), unit_state=state, usage_error=True)
     module.exit_json(changed=False, unit_state=state)
@@ -303,6 +317,7 @@ def main() -> None:
             "step": {"type": "str", "choices": ["check", "dir", "start"], "required": True},
             "name": {"type": "str", "required": True},
             "python": {"type": "path"},
+            "container": {"type": "bool", "default": False},
             "unit": {"type": "str"},
             "master_port": {"type": "int"},
             "host": {"type": "str"},
@@ -317,7 +332,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    wanted = {"check": ("python", "unit", "master_port"), "dir": ("dir", "checkpoint_dir", "shape", "bundle_b64"), "start": ("unit", "content")}
+    wanted = {"check": ("unit", "master_port") if module.params["container"] else ("python", "unit", "master_port"), "dir": ("dir", "checkpoint_dir", "shape", "bundle_b64"), "start": ("unit", "content")}
     missing = [name for name in wanted[module.params["step"]] if module.params[name] is None]
     if missing:
         module.fail_json(msg=f"step={module.params['step']} needs {', '.join(missing)}")
