@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from megaprov import untrusted
+from megaprov import paths, untrusted
 from megaprov.cluster.runner import STRATEGIES
 from megaprov.commands.base import Outcome, command, family, fraction, inventory_flag, need_inventory, note, reporter, upto
 from megaprov.errors import ExitCode, MegaprovError, UsageError
@@ -278,6 +278,22 @@ def _dry_run(args: argparse.Namespace, planned: Any, rendered: Any) -> Outcome:
     return Outcome("train", result, text=show)
 
 
+def _probe_image(args: argparse.Namespace, spec: Any, found: Any, hosts: list[tuple[str, str]]) -> Any:
+    """The cluster with the stack of the job's image, probed on its first node (once per image: it is recorded)."""
+    import dataclasses
+
+    from megaprov.cluster import inventory as inv
+    from megaprov.training import imagefacts
+    from megaprov.training.launchers import slurm
+
+    submit = None
+    if spec.launch.launcher == "slurm":
+        submit = slurm.submit_host(inv.load(args.inventory, paths.roles_dir(), paths.cluster_defaults()))
+    gpus = found.gpu.name != "cpu"
+    stack = imagefacts.probe(spec, Path(args.inventory), found.shared_dir, hosts[0][0], gpus, submit, reporter(args))
+    return dataclasses.replace(found, stack=stack)
+
+
 def _train(args: argparse.Namespace) -> Outcome:
     from megaprov.training import jobs, jobview, planner, render
     from megaprov.training.jobspec import NAME_PATTERN
@@ -305,6 +321,8 @@ def _train(args: argparse.Namespace) -> Outcome:
             f"--name {args.name!r} is not a job name", "use lowercase letters, digits, '.', '_' and '-' (up to 63), starting with a letter or digit"
         )
     spec, text, found, hosts = _spec_and_cluster(args, spec_path, _unhealthy(args), spec_root)
+    if spec.launch.container is not None and found.stack.source != "image" and not args.dry_run:
+        found = _probe_image(args, spec, found, hosts)
     planned = planner.plan(spec, found)
     if planned.fits is False:
         return Outcome("train", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED, fit_error(spec, planned, found))

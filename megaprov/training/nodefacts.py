@@ -44,7 +44,8 @@ class NodeStack:
     transformers: str | None = None  # version, None = absent (Megatron-LM's HuggingFaceTokenizer needs it)
     hosts: tuple[str, ...] = ()  # the hosts whose fact this is built from
     missing: tuple[str, ...] = ()  # job hosts without a fact (planned as ROLE_DEFAULTS)
-    source: str = "facts"  # facts | assumed
+    source: str = "facts"  # facts | assumed | image
+    image: str | None = None  # launch.container.image: the stack is the image's (probed), or assumed until it is
 
     def capability(self, name: str) -> bool:
         """The value the rules of ``impl-<tag>.json`` test (``transformer_engine`` is a presence)."""
@@ -65,6 +66,10 @@ class NodeStack:
             if on
         ]
         apex = f"apex fused {', '.join(kernels)}" if kernels else "no apex fused kernels"
+        if self.source == "image":
+            return f"image {self.image} (probed on {', '.join(self.hosts)}): {te}, {apex}"
+        if self.image is not None:
+            return f"assumed (image {self.image} not probed yet: megaprov train probes it on the job's first node): {te}, {apex}"
         if self.source == "assumed":
             basis = "the roles' defaults" if self == ROLE_DEFAULTS else "what the inventory asks the roles to install"
             hf = ", transformers" if self.transformers else ""

@@ -11,7 +11,7 @@ from megaprov import paths, untrusted, values
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import rates
 from megaprov.errors import UsageError
-from megaprov.training import jobspec, nodefacts, planner, render
+from megaprov.training import imagefacts, jobspec, nodefacts, planner, render
 from megaprov.training.jobspec import JobSpec, JobSpecError
 
 
@@ -79,6 +79,9 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
             inv.as_bool(found.host_var(first, "apex_enabled", False)),
             inv.as_bool(found.host_var(first, "megatron_huggingface", False)),
         )
+    if spec.launch.container is not None:  # the job trains on the image's stack, not the nodes'
+        image = spec.launch.container.image
+        stack = imagefacts.known(Path(inventory_path), image) or dataclasses.replace(nodefacts.ROLE_DEFAULTS, image=image)
     write = found.host_var(first, "megatron_checkpoint_write_mbps", None)
     try:
         write_mbps = float(write) if write not in (None, "") else nodefacts.DEFAULT_WRITE_MBPS

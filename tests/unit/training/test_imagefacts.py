@@ -1,0 +1,106 @@
+"""A container image's stack: probed once where the job runs, recorded, and what the render then follows."""
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megaprov.errors import UsageError
+from megaprov.training import imagefacts, jobspec, nodefacts, render
+
+ROOT = Path(__file__).resolve().parents[3]
+PROBE = ROOT / "ansible_collections/megaprov/cluster/roles/megatron/files/probe_python_stack.py"
+IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+SPEC = f"""\
+name: boxed
+model: {{num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 128, vocab_size: 512}}
+train: {{global_batch_size: 4, train_iters: 10, lr: 0.001}}
+data: {{mock: true}}
+launch:
+  nodes: 2
+  gpus_per_node: 4
+  launcher: LAUNCHER
+  container:
+    image: {IMAGE}
+    python: /usr/bin/python
+    mounts: [{{source: /scratch/cache, target: /cache}}]
+"""
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text("[gpu_nodes]\nn1\n")
+    return inventory
+
+
+@functools.cache
+def _probed() -> str:
+    return subprocess.run([sys.executable, "-", ""], input=PROBE.read_text(), capture_output=True, text=True, check=True).stdout
+
+
+def real_fact():
+    """What the megatron role's probe answers in this interpreter (torch and megatron-core are installed here), read
+    from stdin as image_probe.yml hands it over."""
+    return json.loads(_probed().splitlines()[-1])
+
+
+def test_a_probe_is_recorded_once_per_inventory_and_image(state, tmp_path):
+    assert imagefacts.known(state, IMAGE) is None
+    fact = real_fact()
+    stack = imagefacts.record(state, IMAGE, "n1", fact)
+    assert stack == imagefacts.known(state, IMAGE)
+    assert (stack.source, stack.image, stack.hosts, stack.torch) == ("image", IMAGE, ("n1",), fact["torch"])
+    assert stack.describe().startswith(f"image {IMAGE} (probed on n1): ")
+    assert imagefacts.known(state, IMAGE + "x") is None  # another image
+    other = tmp_path / "other.ini"
+    other.write_text("[gpu_nodes]\nn1\n")
+    assert imagefacts.known(other, IMAGE) is None  # another cluster
+    imagefacts.forget(state, IMAGE)
+    assert imagefacts.known(state, IMAGE) is None
+
+
+def test_a_record_for_another_reference_or_a_broken_one_is_not_used(state):
+    path = imagefacts.record_path(state, IMAGE)
+    imagefacts.record(state, IMAGE, "n1", real_fact())
+    path.write_text(path.read_text().replace(IMAGE, "ubuntu:22.04"))
+    assert imagefacts.known(state, IMAGE) is None
+    path.write_text("{not json")
+    assert imagefacts.known(state, IMAGE) is None
+
+
+def test_an_answer_that_is_not_the_fact_is_refused_in_one_line(state):
+    with pytest.raises(UsageError) as err:
+        imagefacts.record(state, IMAGE, "n1", {"hello": 1})
+    assert "did not answer with megaprov's fact" in str(err.value) and "launch.container.python" in err.value.hint
+    with pytest.raises(UsageError):  # a version that could end up in a script
+        imagefacts.record(state, IMAGE, "n1", {**real_fact(), "torch": "2.5; rm -rf /"})
+    assert imagefacts.known(state, IMAGE) is None
+
+
+def test_the_render_follows_the_images_transformer_engine():
+    spec = jobspec.parse(SPEC.replace("LAUNCHER", "torchrun"))
+    assumed = nodefacts.NodeStack(source="assumed", image=IMAGE)
+    with_te = nodefacts.NodeStack(transformer_engine="2.1.0", hosts=("n1",), source="image", image=IMAGE)
+    assert render.selected_impl(spec, assumed) != render.selected_impl(spec, with_te)
+    assert "not probed yet" in assumed.describe()
+
+
+def test_the_probe_runs_as_the_job_will():
+    spec = jobspec.parse(SPEC.replace("LAUNCHER", "torchrun"))
+    podman = imagefacts.probe_vars(spec, "/shared", "n1", True, None)
+    assert podman["host"] == "n1"
+    argv = podman["argv"]
+    assert argv[:3] == ["podman", "run", "--rm"] and "-i" in argv  # the probe comes on stdin
+    assert ("--device", "nvidia.com/gpu=all") in set(zip(argv, argv[1:], strict=False))
+    assert ("--volume", "/scratch/cache:/cache:ro") in set(zip(argv, argv[1:], strict=False))
+    assert argv[argv.index(IMAGE) + 1 :] == ["env", "PYTHONPATH=/opt/megatron-lm", "/usr/bin/python", "-", "/opt/megatron-lm"]
+    slurm = imagefacts.probe_vars(jobspec.parse(SPEC.replace("LAUNCHER", "slurm")), "/shared", "n1", True, "head")
+    assert slurm["host"] == "head"  # srun from the submit host, onto the job's first node
+    assert slurm["argv"][:5] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--job-name=megaprov-image-probe"]
+    assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in slurm["argv"]
+    assert "--container-mounts=/shared:/shared,/opt/megatron-lm:/opt/megatron-lm:ro,/scratch/cache:/cache:ro" in slurm["argv"]
