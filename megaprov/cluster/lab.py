@@ -40,7 +40,7 @@ LAB_SHARE_FSTYPE = "fuse.megaprov-squash"
 # The volume's data lies here on this machine, not in podman's root-only (0700) storage: megaprov, run as root,
 # writes into the share as the cluster user (data prepare), which must be able to reach it, as through /shared.
 LAB_SHARES = Path("/var/lib/megaprov/labs")
-IMAGE_FILES = ("Containerfile", "ssh-hostkeys.conf", "rootsquash_fs.py", "megaprov-lab-share.service")
+IMAGE_FILES = ("Containerfile", "ssh-hostkeys.conf", "rootsquash_fs.py", "megaprov-lab-share.service", "fuse-device.conf", "nested-containers.conf")
 LAB_WHEELHOUSE = "/srv/megaprov/wheelhouse"  # pytorch_wheelhouse on lab nodes
 # Megatron-LM's tree where GitHub is out of reach (this project's CI, an air-gapped machine): a directory or a `git
 # archive` tarball of the pinned tag, named by MEGATRON_SOURCE_ENV. `lab up` makes it a git remote (gitsource) that
@@ -342,6 +342,10 @@ def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | No
     # Slurm's epilog (root) finds a job's strays by SLURM_JOB_ID in their environment: reading another user's
     # /proc/PID/environ needs CAP_SYS_PTRACE, which root has on a real node and a container lacks by default.
     args += ["--cap-add", "SYS_PTRACE"]
+    # Containers in a node as the cluster user (rootless podman for launch.container, enroot under pyxis) mount a /proc
+    # of their own, which the kernel refuses while parts of the node's /proc are masked or read-only: unmasked. The
+    # node's /proc/sys is then the lab host's kernel settings, so the image masks systemd-sysctl (lab_files/Containerfile).
+    args += ["--security-opt", "unmask=/proc/*"]
     if index == 1:
         args += ["--cap-add", "DAC_READ_SEARCH"]
     for source, target in LAB_GPU_DEVICES:
