@@ -389,7 +389,7 @@ RESERVED_TARGETS = ("/proc", "/sys", "/dev")
 SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL)", re.IGNORECASE)
 SECRET_FIX = (
     "keep secrets out of the job spec (it is copied to the shared directory): "
-    "registry logins belong in the inventory's enroot_registry_credentials (in a vault)"
+    "registry logins belong in the inventory's enroot_credentials (in a vault)"
 )
 
 

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-PACKAGES=(podman runc netavark aardvark-dns slirp4netns uidmap iptables debootstrap openssh-client python3-venv python3-pip git ca-certificates gnupg dpkg-dev python3-fusepy fuse)
+PACKAGES=(podman runc netavark aardvark-dns slirp4netns uidmap iptables debootstrap openssh-client python3-venv python3-pip git ca-certificates gnupg dpkg-dev python3-fusepy fuse build-essential libbsd-dev makeself)
 missing=()
 for p in "${PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -84,7 +84,9 @@ MOLECULE_SECONDS = {  # each scenario's wall time with the whole suite running s
     "nfs": 665,
     "nvidia_driver": 555,
     "cuda": 540,
+    "containers": 510,
     "ssh_mesh": 375,
+    "image_registry": 300,
     "infiniband": 280,
     "preflight": 80,
 }

@@ -48,6 +48,8 @@ COMMAND_PLAYBOOKS = {
     "bundle_contents": "what a bootstrap of the inventory downloads, evaluated without contacting a node (`megaprov bundle build`)",
     "cluster_status": "Slurm's node states, read-only (`megaprov status`)",
     "doctor": "every node's health, read-only apart from `--drain` (`megaprov doctor`)",
+    "image_probe": "what a job's container image holds, probed once in the image where the job runs (`megaprov train` with `launch.container`)",
+    "image_pull": "an image once for the cluster into the head's registry, and its squashfs where enroot is installed (`megaprov image pull`)",
     "job_launch": "check the nodes, prepare the job directory, start the units (`megaprov train`)",
     "job_slurm": "submit, follow and stop a job through Slurm (`megaprov train` with `launch.launcher: slurm`)",
     "job_status": "a job's unit on every node (`megaprov job status`)",

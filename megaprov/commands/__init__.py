@@ -10,13 +10,13 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
-from megaprov.commands import bundle, cluster, data, lab, ops, shell, training
+from megaprov.commands import bundle, cluster, data, image, lab, ops, shell, training
 from megaprov.commands.base import PROG, Outcome, Parser, global_flags
 from megaprov.errors import ExitCode, MegaprovError, error_object
 from megaprov.output import console, envelope, print_json
 from megaprov.values import close
 
-FAMILIES = (cluster, training, data, ops, lab, bundle, shell)
+FAMILIES = (cluster, training, data, image, ops, lab, bundle, shell)
 
 
 class _Version(argparse.Action):

@@ -431,6 +431,7 @@ EXPLAINED = {
     "{{ infiniband_ofed_prerequisites }}": "DOCA-OFED (infiniband_ofed_repo) is refused by bundle build",
     "{{ __megatron_requirements }}": "listed by its parts: megatron_core_version, megatron_packages, megatron_build_requirements",
     "megatron_transformer_engine_spec": "megatron_transformer_engine is refused by bundle build",
+    "__container_toolkit_pinned": "NVIDIA's container toolkit repository: bundle build refuses megaprov_containers for now",
     "grafana_package": "Grafana comes from grafana_apt_repo, which a bundle does not carry: a mirror, or '' (dashboards only)",
 }
 

@@ -98,9 +98,11 @@ def test_secrets_are_never_logged():
 COLLECTION = ROOT / "ansible_collections" / "megaprov" / "cluster"
 # The cluster's secrets, as the roles name them. Files: the munge key (megaprov's copy and the installed one), the
 # cluster user's SSH private key, the accounting database's password file and slurmdbd.conf (which holds it).
-SECRET_FILE = re.compile(r"munge\.key|munge_cluster_key|id_ed25519(?!\.pub)|slurmdbd\.conf|__slurm_dbd_password_file")
+SECRET_FILE = re.compile(
+    r"munge\.key|munge_cluster_key|id_ed25519(?!\.pub)|slurmdbd\.conf|__slurm_dbd_password_file|\.credentials\b|\benroot_credentials\b"
+)
 # Values: what a task registered from a secret file, and the munge credentials (a credential decodes once: a replay).
-SECRET_VALUE = re.compile(r"__munge_key\b|__ssh_mesh_keypair\.results\[0\]|__slurm_dbd_password\b|__munge_credential\b")
+SECRET_VALUE = re.compile(r"__munge_key\b|__ssh_mesh_keypair\.results\[0\]|__slurm_dbd_password\b|__munge_credential\b|\benroot_credentials\b")
 WRITERS = ("ansible.builtin.copy", "ansible.builtin.template", "ansible.builtin.file", "megaprov.cluster.files")
 READERS = ("ansible.builtin.slurp", "ansible.builtin.command", "ansible.builtin.shell")
 # The proof module records a digest of the files it is given (never their bytes): a path to a secret there is no leak.
@@ -168,6 +170,7 @@ def test_every_task_that_handles_a_secret_runs_without_logging_and_writes_it_for
         "Keep the cluster key root's alone",
         "Decode every node's credential on the key host",
         "Read the cluster key pair",
+        "Write the owner's enroot credentials file",
         "Install the cluster key pair",
         "Read the database password",
         "Write slurmdbd.conf",

@@ -89,7 +89,7 @@ def test_a_bad_image_is_refused_in_one_line(ref, problem):
 
 def test_credentials_in_an_image_are_refused_without_echoing_them_as_a_reference():
     (line,) = problems(SPEC.replace("LAUNCHER", "slurm").replace("IMAGE", "me:hunter2@nvcr.io/nvidia/pytorch:1"))
-    assert "enroot_registry_credentials" in line and "vault" in line
+    assert "enroot_credentials" in line and "vault" in line
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,150 @@
+"""Jobs in a container image on the lab (launch.container), under systemd: the containers stage on the README run's
+lab (the registry on the head, podman on the nodes), the lab's training image fetched once into the head's registry
+(megaprov image pull --archive, as an air-gapped site carries it), probed in the image, and the lab job trained in
+it by rootless podman to a PASSED verdict; a rank killed inside the container resumes from its checkpoint. The Slurm
+path (enroot and pyxis) needs their packages in the lab: see tests/molecule for the roles."""
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, megaprov, podman_exec
+
+from tests.helpers import train_image
+
+pytestmark = pytest.mark.lab
+
+# An upstream name the lab cannot reach: every pull of it must come from the head's registry.
+UPSTREAM = "registry.megaprov.lab"
+UNIT = "megaprov-job-{}.service"
+
+
+@pytest.fixture(scope="module")
+def boxed(bootstrapped, tmp_path_factory):
+    """The README run's lab with the containers stage on (registry and podman; enroot and pyxis need NVIDIA's releases,
+    which the lab does not carry), the training image pulled once, and this module's data."""
+    inventory = Path(bootstrapped["inventory"])
+    group_vars = inventory.parent / "group_vars" / "all.yml"
+    before = group_vars.read_text()
+    group_vars.write_text(before + f"megaprov_containers: true\nimage_registry_upstreams: [{UPSTREAM}]\n")
+    try:
+        began = time.monotonic()
+        code, doc, err = megaprov("bootstrap", "-i", str(inventory), "--tags", "image_registry,container_toolkit", "--output", "json")
+        assert code == 0, err[-3000:]
+        stage_s = time.monotonic() - began
+        local, archive = train_image.build()
+        image = f"{UPSTREAM}/megaprov/train:{local.rsplit(':', 1)[1]}"
+        began = time.monotonic()
+        code, doc, err = megaprov("image", "pull", image, "--archive", str(archive), "-i", str(inventory), "--output", "json")
+        assert code == 0, err[-3000:]
+        pull_s = time.monotonic() - began
+        corpus = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+        code, _, err = megaprov("data", "corpus", "--output-file", str(corpus), "--documents", "1500")
+        assert code == 0, err
+        code, _, err = megaprov("data", "prepare", "--input", str(corpus), "--output-prefix", "data/lab", "-i", str(inventory), "--output", "json")
+        assert code == 0, err
+        shared = yaml.safe_load(group_vars.read_text())["megaprov_controller_shared_dir"]
+        print(f"containers stage {stage_s:.0f} s; image pull {pull_s:.0f} s ({archive.stat().st_size} bytes of archive)")
+        yield {**bootstrapped, "image": image, "pulled": doc["result"], "shared": Path(shared), "inventory": str(inventory)}
+    finally:
+        group_vars.write_text(before)
+
+
+def job_file(tmp_path, boxed, name, **changes):
+    spec = yaml.safe_load((ROOT / "examples" / "jobs" / "lab-tiny.yml").read_text())
+    spec["name"] = name
+    spec["launch"]["container"] = {"image": boxed["image"], "python": train_image.PYTHON}
+    for path, value in changes.items():
+        section, key = path.split(".")
+        spec[section][key] = value
+    path = tmp_path / f"{name}.yml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def registry_bytes(boxed) -> dict[str, int]:
+    """Bytes the head's registry sent to each client address (its access log in the journal)."""
+    head = boxed["nodes"][0]["container"]
+    log = podman_exec(head, "journalctl", "-u", "docker-registry", "-o", "cat", "--no-pager").stdout
+    sent: dict[str, int] = {}
+    for line in log.splitlines():
+        written = re.search(r"http\.response\.written=(\d+)", line)
+        remote = re.search(r'http\.request\.remoteaddr="?([0-9.]+)', line)
+        if written and remote and "GET" in line:
+            sent[remote.group(1)] = sent.get(remote.group(1), 0) + int(written.group(1))
+    return sent
+
+
+def test_the_image_is_served_by_the_head_under_its_upstream_name(boxed):
+    pulled = boxed["pulled"]
+    assert pulled["image"] == boxed["image"]
+    head = boxed["nodes"][0]
+    assert pulled["mirror"].endswith(f"/{UPSTREAM}/megaprov/train:{boxed['image'].rsplit(':', 1)[1]}")
+    assert pulled["bytes"] > 500_000_000  # torch and megatron-core: the real image, not a stand-in
+    # the node's podman resolves the upstream name through the head (the upstream itself does not exist)
+    node2 = boxed["nodes"][1]["container"]
+    conf = podman_exec(node2, "cat", "/etc/containers/registries.conf.d/50-megaprov-image-registry.conf").stdout
+    assert UPSTREAM in conf and head["address"] in conf
+
+
+def test_a_job_trains_in_the_image_under_systemd_and_passes(boxed, tmp_path):
+    code, doc, err = megaprov("train", "--job", job_file(tmp_path, boxed, "boxed-dp2"), "-i", boxed["inventory"], "--output", "json")
+    assert code == 0, err[-3000:]
+    assert "probing image" in err  # the first job with this image probed it
+    report = json.loads((boxed["shared"] / "jobs" / "boxed-dp2" / "report.json").read_text())
+    assert report["verdict"] == "passed", report
+    # each node ran torchrun in the image, through podman, as the cluster user
+    for node in boxed["nodes"][:2]:
+        log = (boxed["shared"] / "jobs" / "boxed-dp2" / "logs" / f"{node['name']}.log").read_text()
+        assert "torchrun exited with 0" in log
+        script = (boxed["shared"] / "jobs" / "boxed-dp2" / "launch").glob(f"*{node['name']}*")
+        assert any("podman run" in p.read_text() for p in script)
+    sent = registry_bytes(boxed)
+    print("bytes the head's registry sent per client:", json.dumps(sent))
+    for node in boxed["nodes"][:2]:
+        assert sent.get(node["address"], 0) > 100_000_000, f"{node['name']} pulled the image from somewhere else: {sent}"
+    # a second job with the same image is not probed again
+    code, _, err = megaprov("train", "--job", job_file(tmp_path, boxed, "boxed-again", **{"train.train_iters": 10}), "-i", boxed["inventory"])
+    assert code == 0, err[-3000:]
+    assert "probing image" not in err
+
+
+def test_a_rank_killed_in_the_container_resumes_from_its_checkpoint(boxed, tmp_path):
+    name = "boxed-kill"
+    spec = job_file(tmp_path, boxed, name, **{"train.train_iters": 60, "checkpoint.save_interval": 10})
+    metrics = boxed["shared"] / "jobs" / name / "metrics.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "megaprov", "train", "--job", spec, "-i", boxed["inventory"], "--output", "json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 22:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        else:
+            pytest.fail("the job never reached iteration 22")
+        # the ranks run inside the container; from the node they are processes of the cluster user
+        node2 = boxed["nodes"][1]["container"]
+        killed = podman_exec(node2, "pkill", "-9", "-f", "megaprov_trainer.py")
+        assert killed.returncode == 0, "no rank process to kill on node2"
+        out, err = proc.communicate(timeout=900)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    report = json.loads((boxed["shared"] / "jobs" / name / "report.json").read_text())
+    assert report["verdict"] == "passed"
+    assert len(report["restarts"]) == 1
+    restart = report["restarts"][0]
+    assert restart["resumed_from"] in (20, 30) and 0 <= restart["lost_iterations"] < 10
+    assert report["iterations"]["last"] == 60
