@@ -19,7 +19,10 @@ PYTHON = "/opt/train/bin/python"
 CONTAINERFILE = """\
 ARG BASE
 FROM ${BASE}
-# A training image: torch and megatron-core from the wheelhouse (mounted at /wheels by the build), no network.
+# A training image: make (Megatron-LM runs it at start-up for its dataset helpers) from Debian, torch and
+# megatron-core from the wheelhouse (mounted at /wheels by the build).
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends make \\
+ && apt-get clean && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/train \\
  && /opt/train/bin/pip install --quiet --no-index --find-links /wheels /wheels/torch-*.whl megatron-core numpy \\
  && rm -rf /root/.cache

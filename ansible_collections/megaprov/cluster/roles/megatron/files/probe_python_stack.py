@@ -16,6 +16,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -76,10 +77,15 @@ def main():
         megatron["checkout_dir"] = checkout
         datasets = os.path.join(checkout, "megatron", "core", "datasets")
         if os.path.isfile(os.path.join(datasets, "Makefile")):
-            question = subprocess.run(["make", "-q", "-C", datasets], capture_output=True, text=True, check=False)
             built = glob.glob(os.path.join(datasets, "helpers_cpp*.so"))
-            megatron["helpers_built"] = question.returncode == 0 and bool(built)
             megatron["helpers"] = os.path.basename(built[0]) if built else None
+            # Megatron-LM runs this make at start-up; where there is none (a container image without it) the job fails
+            if shutil.which("make") is None:
+                megatron["helpers_built"] = False
+                megatron["make"] = None
+            else:
+                question = subprocess.run(["make", "-q", "-C", datasets], capture_output=True, text=True, check=False)
+                megatron["helpers_built"] = question.returncode == 0 and bool(built)
     # pretrain_gpt.py's directory is first on sys.path: a job imports the checkout's megatron.core when there is one.
     megatron["core_imported"] = "checkout" if megatron["checkout"] else "installed"
     fact["megatron"] = megatron
