@@ -332,7 +332,11 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    wanted = {"check": ("unit", "master_port") if module.params["container"] else ("python", "unit", "master_port"), "dir": ("dir", "checkpoint_dir", "shape", "bundle_b64"), "start": ("unit", "content")}
+    wanted = {
+        "check": ("unit", "master_port") if module.params["container"] else ("python", "unit", "master_port"),
+        "dir": ("dir", "checkpoint_dir", "shape", "bundle_b64"),
+        "start": ("unit", "content"),
+    }
     missing = [name for name in wanted[module.params["step"]] if module.params[name] is None]
     if missing:
         module.fail_json(msg=f"step={module.params['step']} needs {', '.join(missing)}")
