@@ -75,6 +75,7 @@ def test_bootstrap_after_a_training_run_changes_nothing(bootstrapped):
         "python",
         "nccl",
         "scheduler",
+        "containers",
         "observe",
     ]
     assert all(s["seconds"] >= 0 for s in again["result"]["stages"])
