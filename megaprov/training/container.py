@@ -99,8 +99,9 @@ def problems(spec: JobSpec, cluster: Cluster) -> list[Problem]:
     return out
 
 
-def _option(source: str, target: str, readonly: bool, sep: str) -> str:
-    return f"{source}:{target}" + (f"{sep}ro" if readonly else "")
+def mount_option(source: str, target: str, readonly: bool) -> str:
+    """SRC:DST[:ro], as podman's --volume and pyxis's --container-mounts both take one mount."""
+    return f"{source}:{target}" + (":ro" if readonly else "")
 
 
 def pyxis_words(box: Container, job_dir: str) -> str:
@@ -118,7 +119,7 @@ def pyxis_words(box: Container, job_dir: str) -> str:
 
 def pyxis_mounts_lines(spec: JobSpec, shared: str) -> list[str]:
     """Batch script lines that set ``$mounts`` for --container-mounts (pyxis: SRC:DST[:FLAGS], comma-separated)."""
-    fixed = ",".join(_option(s, t, ro, ":") for s, t, ro in mounts(spec, shared))
+    fixed = ",".join(mount_option(s, t, ro) for s, t, ro in mounts(spec, shared))
     return [
         f"mounts={shlex.quote(fixed)}",
         f"if [ -r {NCCL_ENV_FILE} ]; then mounts+=,{NCCL_ENV_FILE}:{NCCL_ENV_FILE}:ro; fi  # the fabric stage's NCCL settings",
@@ -154,7 +155,7 @@ def podman_lines(spec: JobSpec, box: Container, shared: str, job_dir: str, rank:
     if gpus:
         words += ["--device", "nvidia.com/gpu=all"]
     for source, target, readonly in mounts(spec, shared):
-        words += ["--volume", _option(source, target, readonly, ":")]
+        words += ["--volume", mount_option(source, target, readonly)]
     for name in sorted({*env, "MEGAPROV_JOB_UNIT"} - set(HOST_ONLY_ENV)):
         words += ["--env", name]
     return [

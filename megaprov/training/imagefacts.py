@@ -80,7 +80,7 @@ def probe_vars(spec: JobSpec, shared: str, host: str, gpus: bool, submit_host: s
     # the checkout's megatron.core first on the path, as in the job (render: PYTHONPATH)
     probe = ["env", f"PYTHONPATH={spec.launch.megatron_dir}", box.python, "-", spec.launch.megatron_dir]
     if spec.launch.launcher == "slurm":
-        mounts = ",".join(f"{s}:{t}" + (":ro" if ro else "") for s, t, ro in container.mounts(spec, shared))
+        mounts = ",".join(container.mount_option(*m) for m in container.mounts(spec, shared))
         argv = [
             "srun",
             "--nodes=1",
@@ -96,8 +96,8 @@ def probe_vars(spec: JobSpec, shared: str, host: str, gpus: bool, submit_host: s
     argv = ["podman", "run", "--rm", "-i", "--pull", "missing", "--network", "host", "--userns", "keep-id", "--security-opt", "label=disable"]
     if gpus:
         argv += ["--device", "nvidia.com/gpu=all"]
-    for source, target, readonly in container.mounts(spec, shared):
-        argv += ["--volume", f"{source}:{target}" + (":ro" if readonly else "")]
+    for mount in container.mounts(spec, shared):
+        argv += ["--volume", container.mount_option(*mount)]
     return {"host": host, "argv": [*argv, box.image, *probe]}
 
 
