@@ -568,7 +568,7 @@ def _script(
         f"exec >>{shlex.quote(node_log(jdir, host))} 2>&1  # as the job user (a root-squashed share refuses root)",
         f"if [ -r {NCCL_ENV_FILE} ]; then set -a; . {NCCL_ENV_FILE}; set +a; fi",
         *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
-        _path_line(spec),
+        *([] if box else [_path_line(spec)]),  # in a container the image's interpreter is not the host's: its PATH stays
         f"cd {shlex.quote(jdir)}",
         "if command -v nvidia-smi >/dev/null 2>&1; then  # GPU utilisation and memory for the verdict, every 2 s",
         f"    nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits -lms 2000 >>{samples} 2>/dev/null &",
@@ -586,6 +586,7 @@ def _script(
         "wait $child",
         "rc=$?",
         'if [ "$stopping" = 1 ]; then wait $child; rc=143; fi',
+        *(container.podman_after_lines(spec, rank) if box else []),
         "# Nothing of the job outlives torchrun: the unit restarts RestartSec after a failure, not after TimeoutStopSec.",
         "# (On a stop, the unit's ExecStop waits for this script and reaps after it: it is in the group, left alone here.)",
         *REAP_FUNCTION.splitlines(),

@@ -1,11 +1,13 @@
-"""Jobs in a container image on the lab (launch.container), under systemd: the containers stage on the README run's
-lab (the registry on the head, podman on the nodes), the lab's training image fetched once into the head's registry
-(megaprov image pull --archive, as an air-gapped site carries it), probed in the image, and the lab job trained in
-it by rootless podman to a PASSED verdict. The Slurm path (enroot and pyxis) needs their packages in the lab: the
-roles' own scenario (molecule/containers) runs a pyxis step."""
+"""Jobs in a container image on the lab (launch.container), under systemd: the containers stage on the README run's lab
+(the registry on the head, podman on the nodes), the lab's training image fetched once into the head's registry
+(megaprov image pull --archive, as an air-gapped site carries it), probed in the image, and the lab job trained in it
+by rootless podman to a PASSED verdict, also through a rank killed in its container. The Slurm path (enroot and pyxis)
+needs their packages in the lab: the roles' own scenario (molecule/containers) runs a pyxis step."""
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import yaml
 from conftest import ROOT, megaprov, podman_exec
 
 from megaprov.training import imagefacts
+from megaprov.training.launchers import systemd
 from tests.helpers import train_image
 
 pytestmark = pytest.mark.lab
@@ -100,7 +103,6 @@ def test_a_job_trains_in_the_image_under_systemd_and_passes(boxed, tmp_path):
     probed = imagefacts.known(inventory, boxed["image"])
     assert probed is not None and probed.source == "image" and probed.hosts == ("node1",), probed
     assert probed.torch and probed.torch.startswith("2.")
-    record = imagefacts.record_path(inventory, boxed["image"]).stat().st_mtime
     report = json.loads((boxed["shared"] / "jobs" / "boxed-dp2" / "report.json").read_text())
     assert report["verdict"] == "passed", report
     # each node ran torchrun in the image, through podman, as the cluster user
@@ -113,7 +115,58 @@ def test_a_job_trains_in_the_image_under_systemd_and_passes(boxed, tmp_path):
     print("bytes the head's registry sent per client:", json.dumps(sent))
     for node in boxed["nodes"][:2]:
         assert sent.get(node["address"], 0) > 100_000_000, f"{node['name']} pulled the image from somewhere else: {sent}"
-    # a second job with the same image is not probed again
-    code, _, err = megaprov("train", "--job", job_file(tmp_path, boxed, "boxed-again", **{"train.train_iters": 24}), "-i", boxed["inventory"])
-    assert code == 0, err[-3000:]
-    assert imagefacts.record_path(inventory, boxed["image"]).stat().st_mtime == record  # not probed again
+
+
+def test_a_rank_killed_in_the_container_restarts_and_resumes_from_its_checkpoint(boxed, tmp_path):
+    """As the kernel's OOM killer would: the rank and its torchrun, inside node2's container, killed. The unit
+    restarts, podman starts the image again (its state intact: the user's pause process lives outside the unit), and
+    the job resumes from its last checkpoint to a PASSED verdict."""
+    name = "boxed-kill"
+    spec = job_file(tmp_path, boxed, name, **{"train.train_iters": 40, "checkpoint.save_interval": 10})
+    record = imagefacts.record_path(Path(boxed["inventory"]), boxed["image"])
+    probed_at = record.stat().st_mtime if record.exists() else None  # the job above probed the image
+    metrics = boxed["shared"] / "jobs" / name / "metrics.jsonl"
+    node2 = boxed["nodes"][1]["container"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "megaprov", "train", "--job", spec, "-i", boxed["inventory"], "--output", "json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 22:  # just past the save at 20
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        else:
+            pytest.fail("the job never reached iteration 22")
+        # the image's python (torchrun and the rank), seen from the node: processes of the container
+        killed = podman_exec(node2, "pkill", "-9", "-f", "^/opt/train/bin/python .*megaprov_trainer")
+        assert killed.returncode == 0, "no rank process of the container to kill on node2"
+        killed_at = time.monotonic()
+        restarted = None
+        while time.monotonic() - killed_at < 120:
+            show = podman_exec(node2, "systemctl", "show", UNIT.format(name), "--property=NRestarts,ActiveState").stdout
+            state = dict(line.partition("=")[::2] for line in show.splitlines())
+            if state.get("NRestarts") == "1" and state.get("ActiveState") == "active":
+                restarted = time.monotonic() - killed_at
+                break
+            time.sleep(0.5)
+        assert restarted is not None and restarted < systemd.RESTART_SEC + 15, f"node2's unit restarted {restarted} s after the kill"
+        out, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    log = (boxed["shared"] / "jobs" / name / "logs" / "node2.log").read_text()
+    assert proc.returncode == 0, err[-3000:] + log[-3000:]
+    assert "podman system migrate" not in log  # podman's state survived the kill: nothing to reset
+    report = json.loads((boxed["shared"] / "jobs" / name / "report.json").read_text())
+    assert report["verdict"] == "passed"
+    (restart,) = report["restarts"]
+    assert restart["resumed_from"] in (20, 30) and 0 <= restart["lost_iterations"] < 10
+    assert report["iterations"]["last"] == 40
+    if probed_at is not None:
+        assert record.stat().st_mtime == probed_at  # a second job with the same image does not probe it again
+    print(f"node2's unit active again {restarted:.1f} s after the kill; resumed from {restart['resumed_from']}")

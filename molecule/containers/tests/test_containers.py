@@ -173,6 +173,8 @@ def test_an_image_enroot_cannot_find_fails_the_step():
     assert out.rc != 0 and "pyxis" in out.stderr, (out.rc, out.stderr)
 
 
-def test_the_toolkit_and_enroot_are_only_on_the_gpu_nodes():
+def test_the_toolkit_is_only_on_the_gpu_nodes_and_enroot_on_the_head_too():
+    """The head imports squashfs images for pyxis (megaprov image pull): enroot, no toolkit and no CDI spec."""
     head = controller()
-    assert not head.package("enroot").is_installed and not head.file(SPEC).exists
+    assert head.package("enroot").version == "4.1.2-1"
+    assert not head.package("nvidia-container-toolkit").is_installed and not head.file(SPEC).exists

@@ -255,3 +255,49 @@ def test_the_nccl_settings_reach_the_container_only_where_the_node_has_them(tmp_
     with_file = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
     assert not without.endswith(":ro" + str(tmp_path)) and str(tmp_path) not in without
     assert with_file == without + f",{tmp_path}/nccl.env:{tmp_path}/nccl.env:ro"
+
+
+FAKE_PODMAN = """#!/bin/bash
+# records each call; `rm` fails while $FAKE_DIR/rm-fails holds a count above zero, `run` ends as a killed torchrun
+echo "$*" >>"$FAKE_DIR/calls"
+case $1 in
+    rm) n=$(cat "$FAKE_DIR/rm-fails" 2>/dev/null || echo 0)
+        if [ "$n" -gt 0 ]; then echo $((n - 1)) >"$FAKE_DIR/rm-fails"; echo "invalid internal status" >&2; exit 125; fi ;;
+    run) exit 137 ;;
+esac
+exit 0
+"""
+
+
+def _run_node_script(tmp_path, rm_fails):
+    """The systemd node script of a container job, run by bash with a podman that records its calls."""
+    s = spec()
+    shared = tmp_path / "shared"
+    (shared / "jobs" / "boxed" / "logs").mkdir(parents=True)
+    known = nodefacts.KnownCluster(2, 4, GPUS["cpu"], str(shared), ("n1", "n2"), container_roots=("/scratch",))
+    script = render.render(s, known, HOSTS).nodes[0].script
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "podman").write_text(FAKE_PODMAN)
+    (fake / "podman").chmod(0o755)
+    (tmp_path / "rm-fails").write_text(str(rm_fails))
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path)}
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    return done.returncode, [c.split()[:2] for c in calls], (shared / "jobs" / "boxed" / "logs" / "n1.log").read_text()
+
+
+def test_the_node_script_removes_its_container_before_the_run_and_waits_for_its_cleanup_after(tmp_path):
+    """podman removes a --rm container through a cleanup process of its own; the node script's reaper must not kill
+    that half-way (podman's state would then name a container whose processes are gone), so the script waits for
+    the container to be gone, by podman's lock, before it reaps; and it starts by removing what an earlier run left."""
+    rc, calls, log = _run_node_script(tmp_path, rm_fails=0)
+    assert rc == 137  # torchrun's status, killed
+    assert calls == [["rm", "--force"], ["run", "--rm"], ["rm", "--force"]]
+    assert "torchrun exited with 137" in log and "system migrate" not in log
+
+
+def test_a_node_script_resets_podmans_state_where_podman_refuses_the_leftover_container(tmp_path):
+    rc, calls, log = _run_node_script(tmp_path, rm_fails=1)
+    assert calls == [["rm", "--force"], ["system", "migrate"], ["run", "--rm"], ["rm", "--force"]]
+    assert "resetting its state (podman system migrate)" in log and rc == 137

@@ -1,14 +1,15 @@
-"""The head's image registry as a node uses it: docker-registry answers /v2/ on the cluster address only, and an image
+"""The head's image registry as a node uses it, and megaprov image pull's play: docker-registry answers /v2/ on the cluster address only, and an image
 pushed there under its upstream name is pulled on the node by that name (docker.io/megaprov/probe:1) through the
 node's registries.conf.d mirror entry, docker.io itself being unreachable here."""
 
 import json
 import shlex
 
-from conftest import PROBE, address, head, port, worker
+from conftest import PROBE, USER, address, head, port, worker
 
 GET = "import sys, urllib.request; r = urllib.request.urlopen(sys.argv[1]); print(r.status); print(r.read().decode())"
 TOML = "import json, sys, tomllib; print(json.dumps(tomllib.load(open(sys.argv[1], 'rb'))))"
+ACCEPT = "Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
 MIRROR_FILE = "/etc/containers/registries.conf.d/50-megaprov-image-registry.conf"
 
 
@@ -83,10 +84,24 @@ def test_an_archive_pulled_with_image_pull_s_play_reaches_the_node():
     server, node = head(), worker()
     where = f"{address(server)}:{port()}"
     assert not server.run("ls /var/tmp/megaprov-image-*.tar").stdout.strip(), "the copied archive was left on the head"
-    assert not server.file("/shared/images").exists  # no enroot on the head: no squashfs
     name = "docker.io/megaprov/airgap:2"
     pulled = node.run(f"podman --log-level=debug pull {name}")
     assert pulled.rc == 0, pulled.stderr[-2000:]
     assert f'Trying to access \\"{where}/{name}\\"' in pulled.stderr
     same = "podman image inspect --format '{{.Id}}' " + name
     assert node.check_output(same) == server.check_output(same)
+
+
+def test_image_pull_s_play_imported_a_squashfs_for_pyxis_as_the_cluster_user():
+    """enroot on the head imported the image from the head's registry (docker://HEAD:PORT#NAME) into the shared
+    directory, as the cluster user (the shared directory is the user's, root-squashed on a cluster), with the digest
+    the registry gave it beside it."""
+    server = head()
+    squashfs = "/shared/images/docker.io_megaprov_airgap_2-00000000.sqsh"  # side_effect.yml's image_registry_pull_squashfs
+    image = server.file(squashfs)
+    assert image.is_file and image.user == USER, squashfs
+    assert server.check_output(f"unsquashfs -cat {squashfs} etc/megaprov-probe") == "megaprov air-gapped probe"
+    digest = server.file(squashfs + ".digest").content_string.strip()
+    manifest = f"http://{address(server)}:{port()}/v2/docker.io/megaprov/airgap/manifests/2"
+    assert digest.startswith("sha256:") and digest in server.check_output(f"curl -sI -H {shlex.quote(ACCEPT)} {manifest}")
+    assert not server.run(f"ls /shared/images/*.part.sqsh").stdout.strip()

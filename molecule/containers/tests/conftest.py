@@ -1,7 +1,9 @@
-"""The image_registry scenario's own helpers; the hosts, by the groups of Molecule's inventory (molecule.yml), and the
+"""The containers scenario's registry helpers; the hosts, by the groups of Molecule's inventory (molecule.yml), and the
 helpers every multi-node scenario shares are in tests/molecule/inventory.py."""
 
-from tests.molecule.inventory import controller, names, node, variable
+from tests.molecule.inventory import USER, controller, names, node, variable
+
+__all__ = ["USER", "PROBE", "address", "head", "port", "worker"]
 
 PROBE = "docker.io/megaprov/probe:1"  # prepare.yml makes it on the head; docker.io itself is unreachable here
 
