@@ -640,6 +640,21 @@ def test_doctor_reports_a_hostile_log_and_reads_the_others(capsys, tmp_path):
     assert refused == ["gpu-n1.csv", "n1.log"] and ("JOB_FILE_REFUSED", "n1") in found, refused
 
 
+def test_doctor_reads_slurms_batch_output_where_pyxis_says_why_no_node_script_ran(capsys, tmp_path):
+    """A container job whose image pyxis cannot import never runs a node script: what went wrong is in Slurm's output
+    of the batch script (logs/slurm-JOBID.out), the lines of tests/doctor_corpus/upstream/pyxis_import_unauthorized.log."""
+    inv, local = hostile_job(tmp_path, "")
+    corpus = ROOT / "tests" / "doctor_corpus" / "upstream" / "pyxis_import_unauthorized.log"
+    (local / "logs" / "slurm-4411.out").write_text(corpus.read_text())
+    (local / "logs" / "slurm-notes.out").write_text(corpus.read_text())  # not Slurm's name for a job's output: not read
+    code, out, err = run(capsys, "doctor", "--name", "evil", "-i", inv, "-o", "json")
+    assert code == ExitCode.VERDICT_FAILED, err
+    doc = json.loads(out)["result"]
+    found = {(f["code"], f["source"].rsplit("/", 1)[-1]) for f in doc["findings"]}
+    assert found == {("CONTAINER_IMPORT_FAILED", "slurm-4411.out"), ("REGISTRY_REFUSED", "slurm-4411.out")}, found
+    assert sorted(Path(p).name for p in doc["checked"]) == ["n1.log", "slurm-4411.out"]
+
+
 def test_one_job_without_its_spec_does_not_hide_the_others(capsys, tmp_path):
     inv, local = hostile_job(tmp_path, "iteration 1\n", state="running")
     other = local.parent / "fine"

@@ -30,15 +30,17 @@ def diagnose_logs(files: list[str]) -> Report:
 
 
 def diagnose_job(name: str, inventory: str | None) -> Report:
-    """Findings in a megaprov job's node logs (``jobs/NAME/logs/NODE.log``), with the job's plan for its advice."""
+    """Findings in a megaprov job's node logs (``jobs/NAME/logs/NODE.log``) and Slurm's batch output
+    (``logs/slurm-JOBID.out``: what srun and its plugins say before a node script runs, pyxis's image import among it),
+    with the job's plan for its advice."""
     from megaprov.training import jobs
 
     job = jobs.find(name, inventory)
     root = untrusted.job_root(job.local_dir)
     logs_dir = job.local_dir / "logs"
     listed = untrusted.entries(logs_dir, root)  # one listing: the logs, the GPU samples and what stands in their place
-    ours = {n: kind for n, kind in listed.items() if n.endswith(".log") or (n.startswith("gpu-") and n.endswith(".csv"))}
-    logs = [logs_dir / n for n, kind in ours.items() if kind == "file" and n.endswith(".log")]
+    ours = {n: kind for n, kind in listed.items() if _is_log(n) or (n.startswith("gpu-") and n.endswith(".csv"))}
+    logs = [logs_dir / n for n, kind in ours.items() if kind == "file" and _is_log(n)]
     samples = [logs_dir / n for n, kind in ours.items() if kind == "file" and n.endswith(".csv")]
     if not logs:
         raise UsageError(f"job {job.name} has no node logs yet in {logs_dir}", "wait for the job to start, or give --log FILE")
@@ -63,6 +65,11 @@ def diagnose_job(name: str, inventory: str | None) -> Report:
         except untrusted.BadEntry as exc:
             report.add(unreadable(path, exc.problem))
     return report
+
+
+def _is_log(name: str) -> bool:
+    """A node's log, or Slurm's output of the job's batch script (render.py: --output=logs/slurm-%j.out)."""
+    return name.endswith(".log") or (name.startswith("slurm-") and name.endswith(".out") and name[6:-4].isdigit())
 
 
 def unreadable(path: Path, problem: str) -> Finding:

@@ -233,6 +233,52 @@ CODES: dict[str, Code] = _codes(
         "nvidia-smi's uncorrected volatile ECC count, or CUDA's 'uncorrectable ECC error encountered'",
         "drain the node, reset the GPU (or reboot) to remap the rows; replace the GPU if errors return",
     ),
+    # ---- containers (launch.container): pyxis and enroot under Slurm, podman under systemd
+    Code(
+        "CONTAINER_IMPORT_FAILED",
+        "error",
+        "software",
+        "pyxis could not import the job's image",
+        "enroot, run by pyxis for the job step, failed to import the image or to unpack it into the container's filesystem:"
+        " a registry that refused or cannot be reached, no space left in enroot's cache or data directory",
+        "pyxis's 'failed to import docker image' or 'failed to create container filesystem' line; enroot's log follows it",
+        "fetch the image once for the cluster with `megaprov image pull IMAGE -i INV` and give launch.container.image the"
+        " squashfs it writes on the shared directory; the enroot lines after pyxis's say what failed",
+    ),
+    Code(
+        "CONTAINER_USERNS_REFUSED",
+        "error",
+        "host",
+        "the node refuses unprivileged user namespaces",
+        "enroot (pyxis) and rootless podman run the container in a user namespace of the job's user, which the kernel or"
+        " the account's subordinate ID ranges refuse",
+        "enroot's 'failed to create user namespace' or newuidmap's 'write to uid_map failed'",
+        "allow unprivileged user namespaces on the node (user.max_user_namespaces above 0; kernel.unprivileged_userns_clone=1"
+        " on Debian kernels; kernel.apparmor_restrict_unprivileged_userns=0 or enroot's AppArmor profile on Ubuntu 24.04);"
+        " `enroot check` lists what it needs; for podman, the cluster user's /etc/subuid and /etc/subgid ranges",
+    ),
+    Code(
+        "CDI_DEVICE_MISSING",
+        "error",
+        "gpu",
+        "podman found no CDI device for the GPUs",
+        "the node's CDI spec (/etc/cdi/nvidia.yaml, NVIDIA's container toolkit) lacks the device the job asked for: never"
+        " generated, or generated before the driver or a GPU changed",
+        "podman's 'unresolvable CDI devices' line",
+        "regenerate the spec with `megaprov bootstrap -i INV --tags containers` (nvidia-ctk cdi generate) and check"
+        " `nvidia-ctk cdi list` on the node",
+    ),
+    Code(
+        "REGISTRY_REFUSED",
+        "error",
+        "network",
+        "a container registry refused the image",
+        "the registry has no such image or tag (manifest unknown), wants credentials (unauthorized, denied), or cannot be"
+        " reached (the head's registry down, a mirror setting wrong)",
+        "podman's 'reading manifest ... in ...' or 'pinging container registry' line, or enroot's 'URL ... returned error code'",
+        "`megaprov image pull IMAGE -i INV` puts the image in the head's registry, where every node's podman looks first;"
+        " credentials for pyxis go in enroot_credentials, for podman `podman login` as the cluster user",
+    ),
     # ---- health checks on the cluster (megaprov doctor -i INV)
     Code(
         "NODE_UNREACHABLE",
@@ -460,6 +506,7 @@ LOG_CODES = (
     "CUDA_OOM", "NCCL_TIMEOUT", "NCCL_SYSTEM_ERROR", "NCCL_LOOPBACK", "NCCL_VERSION_MISMATCH", "IB_COMPLETION_ERROR",
     "RDZV_PORT_IN_USE", "RDZV_TIMEOUT", "PEER_LOST", "DATA_PREFIX_MISSING", "VOCAB_MISMATCH", "LOSS_NAN", "LOSS_DIVERGING",
     "THROUGHPUT_FALLING", "DATALOADER_SLOW", "RANK_OOM_KILLED", "RANK_KILLED", "GPU_XID", "GPU_ECC",
+    "CONTAINER_IMPORT_FAILED", "CONTAINER_USERNS_REFUSED", "CDI_DEVICE_MISSING", "REGISTRY_REFUSED",
 )  # fmt: skip
 
 

@@ -195,6 +195,40 @@ def _xid(m: re.Match[str], ctx: Context) -> tuple[str, str]:
     )
 
 
+def _pyxis_import(m: re.Match[str], ctx: Context) -> tuple[str, str]:
+    step = "import" if m["what"].startswith("import") else "unpack"
+    cause = f"pyxis could not {step} image {m['image']} for the job step (enroot's log lines that follow say why)"
+    return cause, ""
+
+
+def _userns(m: re.Match[str], ctx: Context) -> tuple[str, str]:
+    if m["enroot"]:
+        why = f" ({m['why']})" if m["why"] else ""
+        return f"{m['enroot']} could not create a user namespace{why}: the kernel refuses them to unprivileged users", ""
+    why = f" ({m['why2']})" if m["why2"] else ""
+    return (
+        f"rootless podman's {m['map']} could not map the cluster user's IDs{why}",
+        f"give the cluster user subordinate ID ranges (/etc/subuid, /etc/subgid) and check that {m['map']} is setuid root",
+    )
+
+
+def _cdi(m: re.Match[str], ctx: Context) -> tuple[str, str]:
+    return f"podman could not resolve {m['devices'].rstrip(',')} from the node's CDI spec", ""
+
+
+def _registry(m: re.Match[str], ctx: Context) -> tuple[str, str]:
+    if m["tag"]:
+        why = m["why"].strip()
+        cause = f"the registry answered {why!r} for {m['repo']}:{m['tag']}"
+        if "manifest unknown" in why:
+            return cause + ": it does not hold that image", "`megaprov image pull IMAGE -i INV` puts it in the head's registry"
+        return cause, ""
+    if m["host"]:
+        return f"registry {m['host']} could not be reached or spoken to: {m['ping'][:160]}", ""
+    status = f" {m['status'].strip()}" if m["status"] else ""
+    return f"enroot's request to {m['url']} was answered {m['code']}{status}", ""
+
+
 def _xid_severity(m: re.Match[str]) -> str:
     from megaprov.ops.doctor import xid as xids
 
@@ -344,6 +378,45 @@ RULES: tuple[Rule, ...] = (
     Rule("GPU_XID", nvidia_xid.LINE, _xid, _xid_severity, needs=(nvidia_xid.MARKER,)),
     # CUDA runtime: cudaErrorECCUncorrectable's string
     Rule("GPU_ECC", re.compile(r"uncorrectable ECC error encountered"), needs=("uncorrectable ECC error encountered",)),
+    # pyxis 0.24.0 pyxis_slurmstepd.c: "pyxis: failed to import docker image: %s" (also " (importer: %s)"), "pyxis: failed to
+    # create container filesystem for image: %s"; srun shows them as "slurmstepd: error: pyxis: ..."
+    Rule(
+        "CONTAINER_IMPORT_FAILED",
+        re.compile(r"pyxis: failed to (?P<what>import docker image|create container filesystem for image): (?P<image>[^\s()]{1,512})"),
+        _pyxis_import,
+        needs=("pyxis: failed to ",),
+    ),
+    # enroot 4.1.2 bin/enroot-nsenter.c, enroot-aufs2ovlfs.c, enroot-mksquashovlfs.c: err(EXIT_FAILURE, "failed to create user
+    # namespace") ("PROGRAM: failed to create user namespace: STRERROR"); shadow's newuidmap/newgidmap, which rootless podman
+    # runs: "newuidmap: write to uid_map failed: %s"
+    Rule(
+        "CONTAINER_USERNS_REFUSED",
+        re.compile(
+            r"(?P<enroot>enroot-[a-z0-9-]{1,32}): failed to create user namespace(?:: (?P<why>[^\n]{1,120}))?"
+            r"|(?P<map>new[ug]idmap): write to [ug]id_map failed(?:: (?P<why2>[^\n]{1,120}))?"
+        ),
+        _userns,
+        needs=("failed to create user namespace", "id_map failed"),
+    ),
+    # podman 4.3 (containers/common pkg/cdi): "Error: setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all"
+    Rule(
+        "CDI_DEVICE_MISSING",
+        re.compile(r"unresolvable CDI devices (?P<devices>[\w./=:,-]{1,256})"),
+        _cdi,
+        needs=("unresolvable CDI devices",),
+    ),
+    # podman (containers/image docker/docker_image_src.go): "reading manifest %s in %s: %s" and "pinging container registry
+    # %s: %s"; enroot 4.1.2 src/common.sh common::curl: "[ERROR] URL %s returned error code: %d %s"
+    Rule(
+        "REGISTRY_REFUSED",
+        re.compile(
+            r"(?:reading manifest (?P<tag>[\w.@:+-]{1,128}) in (?P<repo>[\w./:@-]{1,256}): (?P<why>[^:\]\n]{1,80}))"
+            r"|(?:pinging container registry (?P<host>[\w.:-]{1,256}): (?P<ping>[^\n]{1,200}))"
+            r"|(?:URL (?P<url>\S{1,512}) returned error code: (?P<code>\d{3})(?: (?P<status>[A-Za-z -]{1,40}))?)"
+        ),
+        _registry,
+        needs=("reading manifest ", "pinging container registry ", "returned error code: "),
+    ),
 )
 
 # NCCL's init line (src/init.cc VERSION_STRING, as INFO or at NCCL_DEBUG=VERSION/WARN alone); not "compiled with NCCL version"

@@ -68,6 +68,16 @@ XID = "{stamp} {host} kernel: NVRM: Xid (PCI:{pci}): {xid}, pid={pid}, name={nam
 # CUDA runtime cudaGetErrorString(cudaErrorECCUncorrectable) in torch's C10_CUDA_CHECK message "CUDA error: %s"
 ECC = "[rank{r}]: RuntimeError: CUDA error: uncorrectable ECC error encountered"
 
+# pyxis 0.24.0 pyxis_slurmstepd.c / common.c (memfd_print_log), through slurmstepd's error log: "pyxis: importing docker image: %s",
+# "pyxis: failed to import docker image: %s", "pyxis: failed to create container filesystem for image: %s", "pyxis: printing %s
+# log file:", "pyxis:     %s" (each line of enroot's log)
+PYXIS = "slurmstepd: error: pyxis: {msg}"
+PYXIS_INFO = "pyxis: {msg}"
+# enroot 4.1.2 src/common.sh common::log/common::curl: "[ERROR] URL %s returned error code: %d %s"; bin/enroot-nsenter.c:
+# err(EXIT_FAILURE, "failed to create user namespace") -> "enroot-nsenter: failed to create user namespace: %s"
+ENROOT_HTTP = "[ERROR] URL {url} returned error code: {code} {status}"
+ENROOT_USERNS = "enroot-nsenter: failed to create user namespace: {why}"
+
 SOURCES = {
     "oom": "pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp: 'CUDA out of memory. Tried to allocate ... GPU ... has a total capacity of ... of which ... is free.'",
     "watchdog": "pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp: '[Rank N] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=, OpType=, ..., Timeout(ms)=) ran for N milliseconds before timing out.'",
@@ -81,6 +91,8 @@ SOURCES = {
     "oom_killer": "torvalds/linux mm/oom_kill.c __oom_kill_process: 'Out of memory: Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, file-rss:%lukB, shmem-rss:%lukB, UID:%u pgtables:%lukB oom_score_adj:%hd'",
     "xid": "NVIDIA/DCGM 4.6.0 dcgmlib/src/tests/DcgmKmsgReaderTests.cpp (the driver's line): 'NVRM: Xid (PCI:0000:2a:00): 79, pid=..., name=..., GPU has fallen off the bus'",
     "cuda_ecc": "CUDA runtime cudaGetErrorString(cudaErrorECCUncorrectable): 'uncorrectable ECC error encountered', in torch's 'CUDA error: %s'",
+    "pyxis": "NVIDIA/pyxis v0.24.0 pyxis_slurmstepd.c: 'pyxis: importing docker image: %s', 'pyxis: failed to import docker image: %s', 'pyxis: failed to create container filesystem for image: %s'; common.c memfd_print_log: 'pyxis: printing %s log file:', 'pyxis:     %s'",
+    "enroot": "NVIDIA/enroot v4.1.2 src/common.sh common::curl: '[ERROR] URL %s returned error code: %d %s'; bin/enroot-nsenter.c: err(EXIT_FAILURE, \"failed to create user namespace\")",
     "torchrun": "pytorch/pytorch torch/distributed/elastic/multiprocessing/errors: ChildFailedError summary 'exitcode  : -6 (pid: N)', 'traceback : Signal 6 (SIGABRT) received by PID N'",
 }
 
@@ -327,6 +339,33 @@ def cases() -> dict[str, tuple[list[str], list[str], list[str], str]]:
         ["GPU_ECC"],
         ["cuda_ecc", "megatron_iter"],
         "rank 2's GPU hits an uncorrectable ECC error",
+    )
+    image = "nvcr.io#nvidia/pytorch:25.01-py3"
+    c["pyxis_import_unauthorized.log"] = (
+        [
+            PYXIS_INFO.format(msg=f"importing docker image: {image}"),
+            PYXIS.format(msg=f"failed to import docker image: {image}"),
+            PYXIS.format(msg="printing enroot log file:"),
+            PYXIS.format(
+                msg="    " + ENROOT_HTTP.format(url="https://nvcr.io/v2/nvidia/pytorch/manifests/25.01-py3", code=401, status="Unauthorized")
+            ),
+            "srun: error: gpu-a03: task 0: Exited with exit code 1",
+        ],
+        ["CONTAINER_IMPORT_FAILED", "REGISTRY_REFUSED"],
+        ["pyxis", "enroot"],
+        "pyxis cannot import an NGC image: nvcr.io wants credentials the node's enroot does not have",
+    )
+    c["enroot_userns_refused.log"] = (
+        [
+            PYXIS_INFO.format(msg="creating container filesystem: pyxis_4411.0"),
+            PYXIS.format(msg="failed to create container filesystem for image: /shared/images/nvcr.io_nvidia_pytorch_25.01-py3-3c1a6f0e.sqsh"),
+            PYXIS.format(msg="printing enroot log file:"),
+            PYXIS.format(msg="    " + ENROOT_USERNS.format(why="Operation not permitted")),
+            "srun: error: gpu-b11: task 0: Exited with exit code 1",
+        ],
+        ["CONTAINER_IMPORT_FAILED", "CONTAINER_USERNS_REFUSED"],
+        ["pyxis", "enroot"],
+        "a node whose kernel refuses unprivileged user namespaces: enroot cannot unpack the squashfs for pyxis",
     )
     return c
 
