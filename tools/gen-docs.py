@@ -48,6 +48,7 @@ COMMAND_PLAYBOOKS = {
     "bundle_contents": "what a bootstrap of the inventory downloads, evaluated without contacting a node (`megaprov bundle build`)",
     "cluster_status": "Slurm's node states, read-only (`megaprov status`)",
     "doctor": "every node's health, read-only apart from `--drain` (`megaprov doctor`)",
+    "image_check": "the node checks inside a job's container image on every node, as the job will run (`megaprov train` with `launch.container`)",
     "image_probe": "what a job's container image holds, probed once in the image where the job runs (`megaprov train` with `launch.container`)",
     "image_pull": "an image once for the cluster into the head's registry, and its squashfs where enroot is installed (`megaprov image pull`)",
     "job_launch": "check the nodes, prepare the job directory, start the units (`megaprov train`)",

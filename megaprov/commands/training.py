@@ -294,6 +294,19 @@ def _probe_image(args: argparse.Namespace, spec: Any, found: Any, hosts: list[tu
     return dataclasses.replace(found, stack=stack)
 
 
+def _check_image(args: argparse.Namespace, spec: Any, found: Any, hosts: list[tuple[str, str]]) -> None:
+    """The node checks inside the job's image on every node, as the job will run (imagecheck.py); exit 6 on a problem."""
+    from megaprov.cluster import inventory as inv
+    from megaprov.training import imagecheck
+    from megaprov.training.launchers import slurm, systemd
+
+    loaded = inv.load(args.inventory, paths.roles_dir(), paths.cluster_defaults())
+    names = [name for name, _ in hosts]
+    submit = slurm.submit_host(loaded) if spec.launch.launcher == "slurm" else None
+    limits = systemd.unit_limits(inv.as_bool(loaded.host_var(names[0], "megaprov_lab", False)))
+    imagecheck.check(spec, Path(args.inventory), found.shared_dir, names, found.gpu.name != "cpu", submit, limits, reporter(args))
+
+
 def _train(args: argparse.Namespace) -> Outcome:
     from megaprov.training import jobs, jobview, planner, render
     from megaprov.training.jobspec import NAME_PATTERN
@@ -332,6 +345,8 @@ def _train(args: argparse.Namespace) -> Outcome:
     if args.name:  # the stored spec carries the job's name, so that --resume finds the same job
         text = jobview.renamed(text, args.name)
     say = reporter(args)
+    if spec.launch.container is not None:
+        _check_image(args, spec, found, hosts[: found.nodes])  # the job's nodes, as the render chose them
     job = jobs.start(spec, text, found, planned, jobview.plan_dict(planned), rendered, args.inventory, bool(args.resume), say, args.strategy)
     launched = time.time()
     if job.launcher == "slurm":

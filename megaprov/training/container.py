@@ -126,6 +126,19 @@ def pyxis_mounts_lines(spec: JobSpec, shared: str) -> list[str]:
     ]
 
 
+def podman_options(spec: JobSpec, shared: str, gpus: bool) -> list[str]:
+    """``podman run`` and the options every container of a job gets, the job's own ranks and the checks and probe
+    run before it alike: host network and IPC (NCCL's sockets and shared memory), the cluster user's own IDs, the
+    limits of the process that starts it (the job's unit: memlock), NVIDIA's CDI devices on GPU nodes, the mounts."""
+    words = ["podman", "run", "--pull", "missing", "--network", "host", "--ipc", "host", "--userns", "keep-id", "--ulimit", "host"]
+    words += ["--security-opt", "label=disable"]
+    if gpus:
+        words += ["--device", "nvidia.com/gpu=all"]
+    for source, target, readonly in mounts(spec, shared):
+        words += ["--volume", mount_option(source, target, readonly)]
+    return words
+
+
 def container_name(spec: JobSpec, rank: int) -> str:
     """The podman container of a node's torchrun: one per job and node rank."""
     return f"megaprov-job-{spec.name}-{rank}"
@@ -143,32 +156,7 @@ def podman_lines(spec: JobSpec, box: Container, shared: str, job_dir: str, rank:
     """Node script lines that set ``$podman``, the words before the command: podman run of the image with the
     job's mounts, devices and environment (the script has exported ``env``; each is named, never its value)."""
     q = shlex.quote
-    words = [
-        "podman",
-        "run",
-        "--rm",
-        "--replace",
-        "--name",
-        container_name(spec, rank),
-        "--pull",
-        "missing",
-        "--network",
-        "host",
-        "--ipc",
-        "host",
-        "--userns",
-        "keep-id",
-        "--ulimit",
-        "host",
-        "--security-opt",
-        "label=disable",
-        "--workdir",
-        job_dir,
-    ]
-    if gpus:
-        words += ["--device", "nvidia.com/gpu=all"]
-    for source, target, readonly in mounts(spec, shared):
-        words += ["--volume", mount_option(source, target, readonly)]
+    words = [*podman_options(spec, shared, gpus), "--rm", "--replace", "--name", container_name(spec, rank), "--workdir", job_dir]
     for name in sorted({*env, "MEGAPROV_JOB_UNIT"} - set(HOST_ONLY_ENV)):
         words += ["--env", name]
     return [

@@ -93,12 +93,7 @@ def probe_vars(spec: JobSpec, shared: str, host: str, gpus: bool, submit_host: s
             *probe,
         ]
         return {"host": submit_host or host, "argv": argv}
-    argv = ["podman", "run", "--rm", "-i", "--pull", "missing", "--network", "host", "--userns", "keep-id", "--security-opt", "label=disable"]
-    if gpus:
-        argv += ["--device", "nvidia.com/gpu=all"]
-    for mount in container.mounts(spec, shared):
-        argv += ["--volume", container.mount_option(*mount)]
-    return {"host": host, "argv": [*argv, box.image, *probe]}
+    return {"host": host, "argv": [*container.podman_options(spec, shared, gpus), "--rm", "-i", box.image, *probe]}
 
 
 def probe(spec: JobSpec, inventory: Path, shared: str, host: str, gpus: bool, submit_host: str | None, report: Reporter) -> NodeStack:

@@ -97,8 +97,11 @@ def test_the_image_is_served_by_the_head_under_its_upstream_name(boxed):
 def test_a_job_trains_in_the_image_under_systemd_and_passes(boxed, tmp_path):
     inventory = Path(boxed["inventory"])
     assert imagefacts.known(inventory, boxed["image"]) is None
-    code, doc, err = megaprov("train", "--job", job_file(tmp_path, boxed, "boxed-dp2"), "-i", boxed["inventory"], "--output", "json")
+    code, _, err = megaprov("train", "--job", job_file(tmp_path, boxed, "boxed-dp2"), "-i", boxed["inventory"])  # its lines on stderr
     assert code == 0, err[-3000:]
+    # the node checks ran in the image on both nodes, as the job's units run it (systemd-run, podman, the job's mounts)
+    assert "train: image checked on 2 node(s): torch 2.13.0+cpu, 0 GPU(s), NCCL none (no CUDA) (the image's)" in err, err[-3000:]
+    assert "shared directory writable" in err
     # the first job with this image probed it in the image, on node1: its torch, not the nodes' venv
     probed = imagefacts.known(inventory, boxed["image"])
     assert probed is not None and probed.source == "image" and probed.hosts == ("node1",), probed
@@ -115,6 +118,22 @@ def test_a_job_trains_in_the_image_under_systemd_and_passes(boxed, tmp_path):
     print("bytes the head's registry sent per client:", json.dumps(sent))
     for node in boxed["nodes"][:2]:
         assert sent.get(node["address"], 0) > 100_000_000, f"{node['name']} pulled the image from somewhere else: {sent}"
+
+
+def test_an_image_whose_python_lacks_torch_fails_its_node_checks_and_nothing_starts(boxed, tmp_path):
+    """The image is known (probed with its venv's python); a spec naming the image's system python instead is caught
+    by the checks on the nodes, before any unit: exit 6, each node named."""
+    spec = yaml.safe_load(Path(job_file(tmp_path, boxed, "boxed-notorch")).read_text())
+    spec["launch"]["container"]["python"] = "/usr/bin/python3"
+    path = tmp_path / "boxed-notorch.yml"
+    path.write_text(yaml.safe_dump(spec))
+    if imagefacts.known(Path(boxed["inventory"]), boxed["image"]) is None:
+        pytest.skip("the image was not probed by the test above (run alone)")
+    code, _, err = megaprov("train", "--job", str(path), "-i", boxed["inventory"], "--output", "json")
+    assert code == 6, err[-3000:]
+    assert "failed its checks on the nodes: node1: the image's /usr/bin/python3 cannot import torch" in err, err[-2000:]
+    assert "node2: the image's /usr/bin/python3 cannot import torch" in err and "nothing was started" in err
+    assert not (boxed["shared"] / "jobs" / "boxed-notorch").exists()
 
 
 def test_a_rank_killed_in_the_container_restarts_and_resumes_from_its_checkpoint(boxed, tmp_path):

@@ -80,9 +80,13 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
         # torchrun waits TORCH_ELASTIC_SHUTDOWN_TIMEOUT (grace.torchrun_s) for the ranks' checkpoint; systemd a minute more.
         f"TimeoutStopSec={grace.unit_s}",
     ]
-    if not lab:  # RDMA registers pinned memory; lab containers may not raise the limit
-        lines.append("LimitMEMLOCK=infinity")
+    lines += unit_limits(lab)
     return "\n".join(lines) + "\n"
+
+
+def unit_limits(lab: bool) -> list[str]:
+    """The resource limits of a job's unit (the checks in a container image run under the same, imagecheck.py)."""
+    return [] if lab else ["LimitMEMLOCK=infinity"]  # RDMA registers pinned memory; lab containers may not raise the limit
 
 
 @dataclass(frozen=True)

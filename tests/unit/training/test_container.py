@@ -293,11 +293,11 @@ def test_the_node_script_removes_its_container_before_the_run_and_waits_for_its_
     the container to be gone, by podman's lock, before it reaps; and it starts by removing what an earlier run left."""
     rc, calls, log = _run_node_script(tmp_path, rm_fails=0)
     assert rc == 137  # torchrun's status, killed
-    assert calls == [["rm", "--force"], ["run", "--rm"], ["rm", "--force"]]
+    assert calls == [["rm", "--force"], ["run", "--pull"], ["rm", "--force"]]
     assert "torchrun exited with 137" in log and "system migrate" not in log
 
 
 def test_a_node_script_resets_podmans_state_where_podman_refuses_the_leftover_container(tmp_path):
     rc, calls, log = _run_node_script(tmp_path, rm_fails=1)
-    assert calls == [["rm", "--force"], ["system", "migrate"], ["run", "--rm"], ["rm", "--force"]]
+    assert calls == [["rm", "--force"], ["system", "migrate"], ["run", "--pull"], ["rm", "--force"]]
     assert "resetting its state (podman system migrate)" in log and rc == 137

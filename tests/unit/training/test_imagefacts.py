@@ -2,6 +2,7 @@
 
 import functools
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from megaprov.errors import UsageError
 from megaprov.training import imagefacts, jobspec, nodefacts, render
+from megaprov.training.planner import GPUS
 
 ROOT = Path(__file__).resolve().parents[3]
 PROBE = ROOT / "ansible_collections/megaprov/cluster/roles/megatron/files/probe_python_stack.py"
@@ -97,7 +99,12 @@ def test_the_probe_runs_as_the_job_will():
     podman = imagefacts.probe_vars(spec, "/shared", "n1", True, None)
     assert podman["host"] == "n1"
     argv = podman["argv"]
-    assert argv[:3] == ["podman", "run", "--rm"] and "-i" in argv  # the probe comes on stdin
+    assert argv[:2] == ["podman", "run"] and "--rm" in argv and "-i" in argv  # the probe comes on stdin
+    # the job's own options: the probe sees what the job's ranks will (its script's podman line, before --rm)
+    known = nodefacts.KnownCluster(2, 4, GPUS["H100-SXM"], "/shared", ("n1", "n2"), container_roots=("/scratch",))
+    job = render.render(spec, known, [("n1", "a"), ("n2", "b")])
+    line = next(x for x in job.nodes[0].script.splitlines() if x.startswith("podman=("))
+    assert argv[: argv.index("--rm")] == shlex.split(line[len("podman=(") : line.index(" --rm")])
     assert ("--device", "nvidia.com/gpu=all") in set(zip(argv, argv[1:], strict=False))
     assert ("--volume", "/scratch/cache:/cache:ro") in set(zip(argv, argv[1:], strict=False))
     assert argv[argv.index(IMAGE) + 1 :] == ["env", "PYTHONPATH=/opt/megatron-lm", "/usr/bin/python", "-", "/opt/megatron-lm"]

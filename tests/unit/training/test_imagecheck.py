@@ -1,0 +1,153 @@
+"""The node checks of a job in a container image (megaprov/training/imagecheck.py and the container_toolkit role's
+check_in_image.py): the check run for real by this machine's Python and torch, the commands that run it as the job
+will, and the judgement of the answers, each problem one line naming the node and what to do."""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megaprov.training import imagecheck, jobspec, nodefacts, render
+from megaprov.training.launchers import systemd
+from megaprov.training.planner import GPUS
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "ansible_collections/megaprov/cluster/roles/container_toolkit/files/check_in_image.py"
+IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+SPEC = f"""\
+name: boxed
+model: {{num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 128, vocab_size: 512}}
+train: {{global_batch_size: 4, train_iters: 10, lr: 0.001}}
+data: {{mock: true}}
+launch:
+  nodes: 2
+  gpus_per_node: 4
+  launcher: LAUNCHER
+  container:
+    image: {IMAGE}
+    python: /usr/bin/python
+"""
+HOSTS = ["n1", "n2"]
+GOOD = {"host": "n1", "torch": "2.9.0", "cuda": True, "gpus": 4, "nccl": "2.27.7", "memlock": ["unlimited", "unlimited"]}
+GOOD |= {"infiniband": ["rdma_cm", "uverbs0"], "writable": True}
+
+
+def spec(launcher="torchrun"):
+    return jobspec.parse(SPEC.replace("LAUNCHER", launcher))
+
+
+def run_check(target):
+    torch = pytest.importorskip("torch")  # the check imports the image's torch; here this machine's
+    done = subprocess.run([sys.executable, "-", str(target)], input=SCRIPT.read_text(), capture_output=True, text=True, timeout=120, check=True)
+    return torch, json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_check_reports_what_this_python_sees(tmp_path):
+    torch, fact = run_check(tmp_path)
+    assert fact["torch"] == torch.__version__ and fact["gpus"] == torch.cuda.device_count() and fact["cuda"] is torch.cuda.is_available()
+    assert fact["writable"] is True and not list(tmp_path.iterdir())  # its probe file is gone
+    assert fact["infiniband"] == (sorted(os.listdir("/dev/infiniband")) if os.path.isdir("/dev/infiniband") else None)
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    assert fact["memlock"] == ["unlimited" if v == resource.RLIM_INFINITY else v for v in (soft, hard)]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_the_check_says_a_directory_the_user_cannot_write(tmp_path):
+    tmp_path.chmod(0o555)
+    _, fact = run_check(tmp_path)
+    assert fact["writable"] is False and "Permission denied" in fact["write_error"]
+
+
+def test_the_check_runs_in_the_jobs_own_container_under_its_units_limits():
+    s = spec()
+    vars_ = imagecheck.check_vars(s, "/shared", HOSTS, True, None, systemd.unit_limits(False))
+    assert vars_["hosts"] == HOSTS and "submit" not in vars_
+    assert vars_["wrap"][0] == "systemd-run" and ("-p", "LimitMEMLOCK=infinity") in set(zip(vars_["wrap"], vars_["wrap"][1:], strict=False))
+    assert vars_["image"] == [IMAGE, "/usr/bin/python", "-", "/shared/jobs"]
+    # the options of the job's own podman line (its node script), then --rm -i: the same container the ranks get
+    job = render.render(s, nodefacts.KnownCluster(2, 4, GPUS["H100-SXM"], "/shared", ("n1", "n2")), [("n1", "a"), ("n2", "b")])
+    line = next(x for x in job.nodes[0].script.splitlines() if x.startswith("podman=("))
+    assert vars_["argv"] == [*shlex.split(line[len("podman=(") : line.index(" --rm")]), "--rm", "-i"]
+    lab = imagecheck.check_vars(s, "/shared", HOSTS, False, None, systemd.unit_limits(True))
+    assert "LimitMEMLOCK=infinity" not in lab["wrap"] and "nvidia.com/gpu=all" not in lab["argv"]
+
+
+def test_under_slurm_one_srun_runs_a_task_on_every_node_with_pyxis():
+    vars_ = imagecheck.check_vars(spec("slurm"), "/shared", HOSTS, True, "head", [])
+    assert vars_["submit"] == "head"
+    argv = vars_["argv"]
+    assert argv[:5] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--input=all"]
+    assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in argv and argv[-3:] == ["/usr/bin/python", "-", "/shared/jobs"]
+
+
+def answers(**changes):
+    return [
+        imagecheck.Answer("n1", {**GOOD, **changes.get("n1", {})}, True),
+        imagecheck.Answer("n2", {**GOOD, "host": "n2", **changes.get("n2", {})}, True),
+    ]
+
+
+def test_healthy_nodes_pass_and_the_summary_says_what_the_image_has():
+    problems, summary = imagecheck.judge(spec(), HOSTS, answers(), True)
+    assert problems == []
+    assert summary == ("torch 2.9.0, 4 GPU(s), NCCL 2.27.7 (the image's), memlock unlimited, InfiniBand devices 2, shared directory writable")
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"n2": {"gpus": 2}}, "n2: torch in the image sees 2 GPU(s), the job needs 4"),
+        ({"n1": {"infiniband": None}}, "n1: /dev/infiniband is on the node but not in the container"),
+        ({"n2": {"memlock": [65536, 65536]}}, "n2: memlock in the container is 65536, not unlimited"),
+        ({"n1": {"writable": False, "write_error": "PermissionError: [Errno 13] Permission denied"}}, "n1: the cluster user cannot write"),
+        ({"n2": {"torch": None, "torch_error": "ModuleNotFoundError: No module named 'torch'"}}, "n2: the image's /usr/bin/python cannot"),
+    ],
+)
+def test_each_problem_is_one_line_naming_its_node(changes, expected):
+    problems, _ = imagecheck.judge(spec(), HOSTS, answers(**changes), True)
+    assert len(problems) == 1 and problems[0].startswith(expected), problems
+    assert "\n" not in problems[0]
+
+
+def test_a_cpu_cluster_needs_no_gpus_and_a_node_without_infiniband_no_memlock():
+    quiet = [imagecheck.Answer(h, {**GOOD, "host": h, "gpus": 0, "infiniband": None, "memlock": [8388608, 8388608]}, False) for h in HOSTS]
+    assert imagecheck.judge(spec(), HOSTS, quiet, False)[0] == []
+
+
+def test_a_node_that_did_not_answer_is_a_problem():
+    problems, _ = imagecheck.judge(spec(), HOSTS, answers()[:1], True)
+    assert problems == ["n2: the check in the image gave no answer (see the output above)"]
+
+
+def test_answers_are_read_per_host_or_from_sruns_lines_and_their_text_stays_data():
+    per_host = imagecheck.answers_of({"n1": {"fact": GOOD, "ib": True}, "n2": "nonsense", "n9": {"fact": GOOD}}, HOSTS)
+    assert [(a.host, a.host_ib) for a in per_host] == [("n1", True)]
+    evil = {**GOOD, "host": "n2", "torch": None, "torch_error": "boom \x1b]52;c;ZXZpbA==\x07"}
+    lines = ["srun: warning", json.dumps(GOOD), json.dumps(evil), json.dumps({**GOOD, "host": "elsewhere"}), "{not json"]
+    found = imagecheck.answers_of({"lines": lines}, HOSTS)
+    assert [a.host for a in found] == ["n1", "n2"]
+    problems, _ = imagecheck.judge(spec("slurm"), HOSTS, found, True)
+    assert len(problems) == 1 and "\x1b" not in problems[0] and "\\x1b" in problems[0]
+
+
+def test_a_failed_check_stops_the_launch_with_exit_6_and_every_problem(monkeypatch):
+    class Result:
+        ok = True
+        data = {"image_check": {"n1": {"fact": {**GOOD, "gpus": 1}, "ib": True}, "n2": {"fact": {**GOOD, "writable": False}, "ib": True}}}
+
+    monkeypatch.setattr(imagecheck.plays, "run", lambda *a, **k: Result())
+
+    class Say:
+        def say(self, text):
+            pass
+
+    with pytest.raises(imagecheck.ChecksFailed) as err:
+        imagecheck.check(spec(), Path("inv"), "/shared", HOSTS, True, None, [], Say())
+    assert err.value.exit_code == 6 and "n1: torch in the image sees 1 GPU(s)" in err.value.message
+    assert err.value.hint == "nothing was started" and err.value.details[0].startswith("n2: the cluster user cannot write")
