@@ -24,6 +24,50 @@ def megaprov(*argv, check_json=True):
     return proc.returncode, doc, proc.stderr
 
 
+def train_and_kill_a_rank(inventory, spec, job_dir, node, pattern, restart_within):
+    """``megaprov train`` of SPEC, and just past its checkpoint at iteration 20 a SIGKILL, on lab node NODE, of every
+    process whose command line matches PATTERN (the rank and its torchrun agent, as the kernel's OOM killer would);
+    the node's unit must be active again within RESTART_WITHIN seconds (RestartSec, not TimeoutStopSec: nothing of
+    the job waits on orphans). Returns (train's exit code, its stderr, the seconds from the kill to the unit active)."""
+    metrics = job_dir / "metrics.jsonl"
+    unit = f"megaprov-job-{job_dir.name}.service"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "megaprov", "train", "--job", spec, "-i", inventory, "--output", "json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            # Just past the save at 20: the kill (podman exec, about a second later; 3-5 iterations on a quiet machine)
+            # lands well before the save at 30, so the run must lose fewer than the 10 iterations of a save interval.
+            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 22:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        else:
+            pytest.fail("the job never reached iteration 22")
+        killed = podman_exec(node, "pkill", "-9", "-f", pattern)
+        killed_at = time.monotonic()
+        assert killed.returncode == 0, f"no process matching {pattern!r} to kill on {node}"
+        restarted = None
+        while time.monotonic() - killed_at < 120:
+            show = podman_exec(node, "systemctl", "show", unit, "--property=NRestarts,ActiveState").stdout
+            state = dict(line.partition("=")[::2] for line in show.splitlines())
+            if state.get("NRestarts") == "1" and state.get("ActiveState") == "active":
+                restarted = time.monotonic() - killed_at
+                break
+            time.sleep(0.5)
+        assert restarted is not None and restarted < restart_within, f"{node}'s unit restarted {restarted} s after the kill"
+        print(f"{node}'s unit active again {restarted:.1f} s after the kill")
+        _, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    return proc.returncode, err, restarted
+
+
 def podman_exec(container, *cmd):
     return subprocess.run(
         ["podman", "exec", container, *cmd], capture_output=True, text=True, env={**os.environ, "CONTAINERS_CONF": CONTAINERS_CONF}, check=False

@@ -6,14 +6,12 @@ needs their packages in the lab: the roles' own scenario (molecule/containers) r
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, megaprov, podman_exec
+from conftest import ROOT, megaprov, podman_exec, train_and_kill_a_rank
 
 from megaprov.training import imagefacts
 from megaprov.training.launchers import systemd
@@ -144,42 +142,13 @@ def test_a_rank_killed_in_the_container_restarts_and_resumes_from_its_checkpoint
     spec = job_file(tmp_path, boxed, name, **{"train.train_iters": 40, "checkpoint.save_interval": 10})
     record = imagefacts.record_path(Path(boxed["inventory"]), boxed["image"])
     probed_at = record.stat().st_mtime if record.exists() else None  # the job above probed the image
-    metrics = boxed["shared"] / "jobs" / name / "metrics.jsonl"
     node2 = boxed["nodes"][1]["container"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "megaprov", "train", "--job", spec, "-i", boxed["inventory"], "--output", "json"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # the image's python (torchrun and the rank), seen from the node: processes of the container
+    code, err, restarted = train_and_kill_a_rank(
+        boxed["inventory"], spec, boxed["shared"] / "jobs" / name, node2, "^/opt/train/bin/python .*megaprov_trainer", systemd.RESTART_SEC + 15
     )
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 22:  # just past the save at 20
-                break
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
-        else:
-            pytest.fail("the job never reached iteration 22")
-        # the image's python (torchrun and the rank), seen from the node: processes of the container
-        killed = podman_exec(node2, "pkill", "-9", "-f", "^/opt/train/bin/python .*megaprov_trainer")
-        assert killed.returncode == 0, "no rank process of the container to kill on node2"
-        killed_at = time.monotonic()
-        restarted = None
-        while time.monotonic() - killed_at < 120:
-            show = podman_exec(node2, "systemctl", "show", UNIT.format(name), "--property=NRestarts,ActiveState").stdout
-            state = dict(line.partition("=")[::2] for line in show.splitlines())
-            if state.get("NRestarts") == "1" and state.get("ActiveState") == "active":
-                restarted = time.monotonic() - killed_at
-                break
-            time.sleep(0.5)
-        assert restarted is not None and restarted < systemd.RESTART_SEC + 15, f"node2's unit restarted {restarted} s after the kill"
-        out, err = proc.communicate(timeout=600)
-    finally:
-        proc.kill()
     log = (boxed["shared"] / "jobs" / name / "logs" / "node2.log").read_text()
-    assert proc.returncode == 0, err[-3000:] + log[-3000:]
+    assert code == 0, err[-3000:] + log[-3000:]
     assert "podman system migrate" not in log  # podman's state survived the kill: nothing to reset
     report = json.loads((boxed["shared"] / "jobs" / name / "report.json").read_text())
     assert report["verdict"] == "passed"

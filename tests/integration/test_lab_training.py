@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, megaprov, podman_exec
+from conftest import ROOT, megaprov, podman_exec, train_and_kill_a_rank
 
 from megaprov.training import jobs
 from megaprov.training.launchers import systemd
@@ -112,45 +112,12 @@ def test_tensor_parallel_gives_the_same_losses_as_data_parallel_alone(cluster, t
 def test_a_killed_rank_restarts_and_resumes_from_the_last_checkpoint(cluster, tmp_path):
     name = "tiny-kill"
     spec = job_file(tmp_path, name, **{"train.train_iters": 60, "checkpoint.save_interval": 10})
-    metrics = cluster["shared"] / "jobs" / name / "metrics.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "megaprov", "train", "--job", spec, "-i", cluster["inventory"], "--output", "json"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    node2 = cluster["nodes"][1]["container"]
+    # the pattern matches the rank's and its torchrun agent's command lines
+    code, err, _ = train_and_kill_a_rank(
+        cluster["inventory"], spec, cluster["shared"] / "jobs" / name, node2, "megaprov.trainer", systemd.RESTART_SEC + 8
     )
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            # Just past the save at 20: the kill (podman exec, about a second later; 3-5 iterations on a quiet machine)
-            # lands well before the save at 30, so the run must lose fewer than the 10 iterations of a save interval.
-            if metrics.is_file() and len(metrics.read_text().splitlines()) >= 22:
-                break
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.2)
-        else:
-            pytest.fail("the job never reached iteration 22")
-        # As the kernel's OOM killer would: the rank AND its torchrun agent (the pattern matches both command lines).
-        node2 = cluster["nodes"][1]["container"]
-        killed = podman_exec(node2, "pkill", "-9", "-f", "megaprov.trainer")
-        killed_at = time.monotonic()
-        assert killed.returncode == 0, "no rank process to kill on node2"
-        # The unit must not wait out TimeoutStopSec for orphaned ranks: it restarts RestartSec after the kill.
-        restarted = None
-        while time.monotonic() - killed_at < 120:
-            show = podman_exec(node2, "systemctl", "show", UNIT.format(name), "--property=NRestarts,ActiveState").stdout
-            state = dict(line.partition("=")[::2] for line in show.splitlines())
-            if state.get("NRestarts") == "1" and state.get("ActiveState") == "active":
-                restarted = time.monotonic() - killed_at
-                break
-            time.sleep(0.5)
-        assert restarted is not None and restarted < systemd.RESTART_SEC + 8, f"node2's unit restarted {restarted} s after the kill"
-        print(f"node2's unit active again {restarted:.1f} s after the kill (RestartSec {systemd.RESTART_SEC})")
-        out, err = proc.communicate(timeout=600)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err[-3000:]
+    assert code == 0, err[-3000:]
     report = json.loads((cluster["shared"] / "jobs" / name / "report.json").read_text())
     assert report["verdict"] == "passed"
     assert len(report["restarts"]) == 1

@@ -52,6 +52,16 @@ def test_the_toolkit_is_nvidias_four_packages_at_the_pinned_version(gpu):
     assert gpu.package("podman").is_installed
 
 
+def test_rootless_podman_keeps_the_cluster_users_images_on_local_disk(gpu):
+    """Not in the home (NFS on a cluster): containers-storage.conf's rootless_storage_path, under [storage] where podman
+    4.3 reads it, with $UID replaced by podman; the parent sticky and open, the user's own 0700."""
+    parent, mine = gpu.file("/var/lib/podman-rootless"), gpu.file("/var/lib/podman-rootless/2000")
+    assert (parent.user, parent.mode) == ("root", 0o1777) and (mine.user, mine.mode) == (USER, 0o700)
+    out = as_user(gpu, "podman info --format '{{.Store.GraphRoot}}'")
+    assert out.rc == 0 and out.stdout.strip() == "/var/lib/podman-rootless/2000/storage", (out.stdout, out.stderr)
+    assert not gpu.file(f"/home/{USER}/.local/share/containers/storage/overlay").exists
+
+
 def test_the_cdi_spec_lists_every_gpu_by_index_and_all(gpu):
     spec = gpu.file(SPEC)
     assert spec.is_file and (spec.user, spec.mode) == ("root", 0o644)

@@ -104,4 +104,4 @@ def test_image_pull_s_play_imported_a_squashfs_for_pyxis_as_the_cluster_user():
     digest = server.file(squashfs + ".digest").content_string.strip()
     manifest = f"http://{address(server)}:{port()}/v2/docker.io/megaprov/airgap/manifests/2"
     assert digest.startswith("sha256:") and digest in server.check_output(f"curl -sI -H {shlex.quote(ACCEPT)} {manifest}")
-    assert not server.run(f"ls /shared/images/*.part.sqsh").stdout.strip()
+    assert not server.run("ls /shared/images/*.part.sqsh").stdout.strip()

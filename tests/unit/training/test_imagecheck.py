@@ -11,33 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from megaprov.training import imagecheck, jobspec, nodefacts, render
+from megaprov.training import imagecheck, render
 from megaprov.training.launchers import systemd
-from megaprov.training.planner import GPUS
+from tests.helpers.container_job import IMAGE, cluster, spec
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "ansible_collections/megaprov/cluster/roles/container_toolkit/files/check_in_image.py"
-IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
-SPEC = f"""\
-name: boxed
-model: {{num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 128, vocab_size: 512}}
-train: {{global_batch_size: 4, train_iters: 10, lr: 0.001}}
-data: {{mock: true}}
-launch:
-  nodes: 2
-  gpus_per_node: 4
-  launcher: LAUNCHER
-  container:
-    image: {IMAGE}
-    python: /usr/bin/python
-"""
 HOSTS = ["n1", "n2"]
 GOOD = {"host": "n1", "torch": "2.9.0", "cuda": True, "gpus": 4, "nccl": "2.27.7", "memlock": ["unlimited", "unlimited"]}
 GOOD |= {"infiniband": ["rdma_cm", "uverbs0"], "writable": True}
-
-
-def spec(launcher="torchrun"):
-    return jobspec.parse(SPEC.replace("LAUNCHER", launcher))
 
 
 def run_check(target):
@@ -71,7 +53,7 @@ def test_the_check_runs_in_the_jobs_own_container_under_its_units_limits():
     assert vars_["wrap"][0] == "systemd-run" and ("-p", "LimitMEMLOCK=infinity") in set(zip(vars_["wrap"], vars_["wrap"][1:], strict=False))
     assert vars_["image"] == [IMAGE, "/usr/bin/python", "-", "/shared/jobs"]
     # the options of the job's own podman line (its node script), then --rm -i: the same container the ranks get
-    job = render.render(s, nodefacts.KnownCluster(2, 4, GPUS["H100-SXM"], "/shared", ("n1", "n2")), [("n1", "a"), ("n2", "b")])
+    job = render.render(s, cluster(), [("n1", "a"), ("n2", "b")])
     line = next(x for x in job.nodes[0].script.splitlines() if x.startswith("podman=("))
     assert vars_["argv"] == [*shlex.split(line[len("podman=(") : line.index(" --rm")]), "--rm", "-i"]
     lab = imagecheck.check_vars(s, "/shared", HOSTS, False, None, systemd.unit_limits(True))

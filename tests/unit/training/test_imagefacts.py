@@ -11,25 +11,10 @@ import pytest
 
 from megaprov.errors import UsageError
 from megaprov.training import imagefacts, jobspec, nodefacts, render
-from megaprov.training.planner import GPUS
+from tests.helpers.container_job import IMAGE, SPEC, cluster
 
 ROOT = Path(__file__).resolve().parents[3]
 PROBE = ROOT / "ansible_collections/megaprov/cluster/roles/megatron/files/probe_python_stack.py"
-IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
-SPEC = f"""\
-name: boxed
-model: {{num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 128, vocab_size: 512}}
-train: {{global_batch_size: 4, train_iters: 10, lr: 0.001}}
-data: {{mock: true}}
-launch:
-  nodes: 2
-  gpus_per_node: 4
-  launcher: LAUNCHER
-  container:
-    image: {IMAGE}
-    python: /usr/bin/python
-    mounts: [{{source: /scratch/cache, target: /cache}}]
-"""
 
 
 @pytest.fixture
@@ -101,8 +86,7 @@ def test_the_probe_runs_as_the_job_will():
     argv = podman["argv"]
     assert argv[:2] == ["podman", "run"] and "--rm" in argv and "-i" in argv  # the probe comes on stdin
     # the job's own options: the probe sees what the job's ranks will (its script's podman line, before --rm)
-    known = nodefacts.KnownCluster(2, 4, GPUS["H100-SXM"], "/shared", ("n1", "n2"), container_roots=("/scratch",))
-    job = render.render(spec, known, [("n1", "a"), ("n2", "b")])
+    job = render.render(spec, cluster(), [("n1", "a"), ("n2", "b")])
     line = next(x for x in job.nodes[0].script.splitlines() if x.startswith("podman=("))
     assert argv[: argv.index("--rm")] == shlex.split(line[len("podman=(") : line.index(" --rm")])
     assert ("--device", "nvidia.com/gpu=all") in set(zip(argv, argv[1:], strict=False))
