@@ -147,9 +147,11 @@ def container_name(spec: JobSpec, rank: int) -> str:
 def podman_after_lines(spec: JobSpec, rank: int) -> list[str]:
     """Node script lines run once ``podman run`` returned, before anything of the job is reaped: podman removes its
     container itself (``--rm``, through a cleanup process conmon starts), and killing that cleanup half-way leaves
-    podman's state broken for the next start; this waits for the container to be gone, by podman's own lock."""
+    podman's state broken for the next start; this waits for the container to be gone, by podman's own lock. Podman's
+    state is never reset from inside the unit: ``podman system migrate`` would start the user's pause process here,
+    where the next reap kills it; job_launch.yml recovers a broken state before any unit starts."""
     name = shlex.quote(container_name(spec, rank))
-    return [f"podman rm --force --ignore --time 0 {name} >/dev/null 2>&1  # --rm's cleanup, finished before the reap"]
+    return [f"podman rm --force --ignore {name} >/dev/null  # --rm's cleanup, finished before the reap (podman's errors: the log)"]
 
 
 def podman_lines(spec: JobSpec, box: Container, shared: str, job_dir: str, rank: int, env: dict[str, str], gpus: bool) -> list[str]:
@@ -162,14 +164,6 @@ def podman_lines(spec: JobSpec, box: Container, shared: str, job_dir: str, rank:
     return [
         "# launch.container: torchrun runs in the image (rootless podman as this user; NVIDIA's CDI devices)",
         "podman=(" + " ".join(q(w) for w in words) + ")",
-        # A run killed mid-way (a node script or conmon killed with the job) can leave podman's state naming a
-        # container whose processes are gone, and podman then refuses every command ("invalid internal status, try
-        # resetting the pause process with podman system migrate"): remove this rank's container, and where podman
-        # refuses, reset its state as it asks.
-        f"if ! podman rm --force --ignore --time 0 {q(container_name(spec, rank))} >/dev/null 2>&1; then",
-        '    echo "megaprov: podman refused to remove a container left by an earlier run: resetting its state (podman system migrate)"',
-        "    podman system migrate",
-        "fi",
         f"if [ -r {NCCL_ENV_FILE} ]; then podman+=(--env-file {NCCL_ENV_FILE}); fi  # the fabric stage's NCCL settings",
         "if [ -d /dev/infiniband ]; then podman+=(--device /dev/infiniband); fi  # RDMA for NCCL over InfiniBand",
         f"podman+=({q(box.image)})",

@@ -24,6 +24,7 @@ from megaprov.training import container
 from megaprov.training.jobspec import JobSpec
 
 PLAYBOOK = "image_check.yml"
+SRUN_WAIT_S = 120  # srun --immediate: how long the Slurm check waits for its nodes
 STAT = "image_check"  # what image_check.yml hands back (set_stats): {host: {"fact": {...}, "ib": bool}} or {"lines": [...]}
 
 
@@ -50,13 +51,19 @@ def check_vars(spec: JobSpec, shared: str, hosts: list[str], gpus: bool, submit_
     target = f"{shared.rstrip('/')}/jobs"
     probe = [box.python, "-", target]
     if spec.launch.launcher == "slurm":
+        # As the job's batch script asks Slurm (render.sbatch_script): its node count, GPUs, partition, account and
+        # QOS, whole nodes; Slurm picks the nodes, as it will for the job. Not waiting for busy nodes: a check that
+        # cannot start within SRUN_WAIT_S says so instead of holding `megaprov train`.
         mounts = ",".join(container.mount_option(*m) for m in container.mounts(spec, shared))
-        argv = [
-            "srun",
-            f"--nodes={len(hosts)}",
-            "--ntasks-per-node=1",
-            f"--nodelist={','.join(hosts)}",
-            "--input=all",  # the check reaches every task's stdin
+        argv = ["srun", f"--nodes={len(hosts)}", "--ntasks-per-node=1", "--exclusive", f"--immediate={SRUN_WAIT_S}"]
+        if gpus:
+            argv.append(f"--gpus-per-node={spec.launch.gpus_per_node}")
+        slurm = spec.launch.slurm
+        for key, value in (("partition", slurm.partition), ("account", slurm.account), ("qos", slurm.qos)):
+            if value:
+                argv.append(f"--{key}={values.sbatch_value(value, f'launch.slurm.{key}')}")
+        argv += [
+            "--input=all",  # the check reaches every task's stdin (srun's default, said)
             "--job-name=megaprov-image-check",
             f"--container-image={values.enroot_image(box.image)}",
             f"--container-mounts={mounts}",
@@ -67,7 +74,10 @@ def check_vars(spec: JobSpec, shared: str, hosts: list[str], gpus: bool, submit_
     wrap = ["systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec"]
     for limit in unit_limits:
         wrap += ["-p", limit]
-    return {"hosts": hosts, "wrap": wrap, "argv": [*container.podman_options(spec, shared, gpus), "--rm", "-i"], "image": [box.image, *probe]}
+    # named, so that what the transient service's end cut short of podman's --rm cleanup is removed after it
+    name = f"megaprov-check-{spec.name}"
+    argv = [*container.podman_options(spec, shared, gpus), "--rm", "--replace", "--name", name, "-i"]
+    return {"hosts": hosts, "wrap": wrap, "argv": argv, "image": [box.image, *probe], "name": name}
 
 
 def answers_of(data: Any, hosts: list[str]) -> list[Answer]:
@@ -76,14 +86,15 @@ def answers_of(data: Any, hosts: list[str]) -> list[Answer]:
     if not isinstance(data, dict):
         return found
     lines = data.get("lines")
-    if isinstance(lines, list):  # Slurm: one JSON object a task, each with its host
-        for line in lines:
+    if isinstance(lines, list):  # Slurm: one JSON object a task, each with its node's Slurm name
+        for line in lines[: 4 * len(hosts)]:
             try:
                 fact = json.loads(line) if isinstance(line, str) and line.startswith("{") else None
             except ValueError:
                 fact = None
-            if isinstance(fact, dict) and fact.get("host") in hosts:
-                found.append(Answer(str(fact["host"]), fact))
+            host = fact.get("host") if isinstance(fact, dict) else None
+            if isinstance(host, str) and values.HOST_NAME.fullmatch(host):
+                found.append(Answer(host, fact))  # type: ignore[arg-type]
         return found
     for host in hosts:
         entry = data.get(host)
@@ -97,9 +108,14 @@ def _gpus(value: Any) -> int:
 
 
 def judge(spec: JobSpec, hosts: list[str], answers: list[Answer], gpus: bool) -> tuple[list[str], str]:
-    """(problems, one line for the operator). Pure: every string of an answer is clipped and made printable."""
+    """(problems, one line for the operator). Pure: every string of an answer is clipped and made printable. Under
+    Slurm the nodes are those Slurm gave the check (``hosts`` counts them), not the inventory's first."""
     by_host = {a.host: a for a in answers}
     problems: list[str] = []
+    if spec.launch.launcher == "slurm":
+        if len(by_host) < len(hosts):
+            problems.append(f"the check in the image answered from {len(by_host)} of {len(hosts)} node(s) (see the output above)")
+        hosts = sorted(by_host)
     want = spec.launch.gpus_per_node
     for host in hosts:
         answer = by_host.get(host)

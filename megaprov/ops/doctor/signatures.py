@@ -213,7 +213,7 @@ def _userns(m: re.Match[str], ctx: Context) -> tuple[str, str]:
 
 
 def _cdi(m: re.Match[str], ctx: Context) -> tuple[str, str]:
-    return f"podman could not resolve {m['devices'].rstrip(',')} from the node's CDI spec", ""
+    return f"podman could not resolve {m['devices']} from the node's CDI spec", ""
 
 
 def _registry(m: re.Match[str], ctx: Context) -> tuple[str, str]:
@@ -393,7 +393,7 @@ RULES: tuple[Rule, ...] = (
         "CONTAINER_USERNS_REFUSED",
         re.compile(
             r"(?P<enroot>enroot-[a-z0-9-]{1,32}): failed to create user namespace(?:: (?P<why>[^\n]{1,120}))?"
-            r"|(?P<map>new[ug]idmap): write to [ug]id_map failed(?:: (?P<why2>[^\n]{1,120}))?"
+            r"|(?P<map>new[ug]idmap): write to [ug]id_map failed(?:: (?P<why2>[^\n\\\x22]{1,120}))?"
         ),
         _userns,
         needs=("failed to create user namespace", "id_map failed"),
@@ -401,7 +401,7 @@ RULES: tuple[Rule, ...] = (
     # podman 4.3 (containers/common pkg/cdi): "Error: setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all"
     Rule(
         "CDI_DEVICE_MISSING",
-        re.compile(r"unresolvable CDI devices (?P<devices>[\w./=:,-]{1,256})"),
+        re.compile(r"unresolvable CDI devices (?P<devices>[\w./=:-]{1,256}(?:, [\w./=:-]{1,256}){0,16})"),
         _cdi,
         needs=("unresolvable CDI devices",),
     ),

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from megaprov.training import imagecheck, render
+from megaprov.training import imagecheck, jobspec, render
 from megaprov.training.launchers import systemd
-from tests.helpers.container_job import IMAGE, cluster, spec
+from tests.helpers.container_job import IMAGE, SPEC, cluster, spec
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "ansible_collections/megaprov/cluster/roles/container_toolkit/files/check_in_image.py"
@@ -55,17 +55,35 @@ def test_the_check_runs_in_the_jobs_own_container_under_its_units_limits():
     # the options of the job's own podman line (its node script), then --rm -i: the same container the ranks get
     job = render.render(s, cluster(), [("n1", "a"), ("n2", "b")])
     line = next(x for x in job.nodes[0].script.splitlines() if x.startswith("podman=("))
-    assert vars_["argv"] == [*shlex.split(line[len("podman=(") : line.index(" --rm")]), "--rm", "-i"]
+    assert vars_["argv"] == [*shlex.split(line[len("podman=(") : line.index(" --rm")]), "--rm", "--replace", "--name", "megaprov-check-boxed", "-i"]
+    assert vars_["name"] == "megaprov-check-boxed"  # removed after the check (image_check.yml)
     lab = imagecheck.check_vars(s, "/shared", HOSTS, False, None, systemd.unit_limits(True))
     assert "LimitMEMLOCK=infinity" not in lab["wrap"] and "nvidia.com/gpu=all" not in lab["argv"]
 
 
-def test_under_slurm_one_srun_runs_a_task_on_every_node_with_pyxis():
-    vars_ = imagecheck.check_vars(spec("slurm"), "/shared", HOSTS, True, "head", [])
+def test_under_slurm_one_srun_asks_for_what_the_jobs_batch_script_asks_and_does_not_wait():
+    text = SPEC.replace("LAUNCHER", "slurm") + "  slurm: {partition: gpu, account: proj1, qos: high}\n"
+    vars_ = imagecheck.check_vars(jobspec.parse(text), "/shared", HOSTS, True, "head", [])
     assert vars_["submit"] == "head"
     argv = vars_["argv"]
-    assert argv[:5] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--nodelist=n1,n2", "--input=all"]
+    assert argv[:5] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--exclusive", f"--immediate={imagecheck.SRUN_WAIT_S}"]
+    assert {"--gpus-per-node=4", "--partition=gpu", "--account=proj1", "--qos=high", "--input=all"} <= set(argv)
+    assert not [a for a in argv if a.startswith("--nodelist")]  # Slurm picks the nodes, as for the job
     assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in argv and argv[-3:] == ["/usr/bin/python", "-", "/shared/jobs"]
+    cpu = imagecheck.check_vars(spec("slurm"), "/shared", HOSTS, False, "head", [])["argv"]
+    assert not [a for a in cpu if a.startswith(("--gpus", "--partition"))]
+
+
+def test_under_slurm_the_nodes_are_those_that_answered_and_each_must():
+    """Slurm picks the check's nodes: they are judged by the names their answers carry (SLURMD_NODENAME), and fewer
+    answers than nodes is a problem."""
+    found = [imagecheck.Answer("gpu-a07", {**GOOD, "host": "gpu-a07", "gpus": 2})]
+    problems, _ = imagecheck.judge(spec("slurm"), HOSTS, found, True)
+    assert problems == [
+        "the check in the image answered from 1 of 2 node(s) (see the output above)",
+        "gpu-a07: torch in the image sees 2 GPU(s), the job needs 4: check the node's CDI spec (`nvidia-ctk cdi list`;"
+        " `megaprov bootstrap --tags containers` regenerates it) and that the image's CUDA runs on the node's driver",
+    ]
 
 
 def answers(**changes):
@@ -112,10 +130,10 @@ def test_answers_are_read_per_host_or_from_sruns_lines_and_their_text_stays_data
     assert [(a.host, a.host_ib) for a in per_host] == [("n1", True)]
     evil = {**GOOD, "host": "n2", "torch": None, "torch_error": "boom \x1b]52;c;ZXZpbA==\x07"}
     lines = ["srun: warning", json.dumps(GOOD), json.dumps(evil), json.dumps({**GOOD, "host": "elsewhere"}), "{not json"]
-    found = imagecheck.answers_of({"lines": lines}, HOSTS)
-    assert [a.host for a in found] == ["n1", "n2"]
+    found = imagecheck.answers_of({"lines": [*lines, json.dumps({**GOOD, "host": "../../etc"})]}, HOSTS)
+    assert [a.host for a in found] == ["n1", "n2", "elsewhere"]  # any node Slurm gave, by a host name only
     problems, _ = imagecheck.judge(spec("slurm"), HOSTS, found, True)
-    assert len(problems) == 1 and "\x1b" not in problems[0] and "\\x1b" in problems[0]
+    assert len(problems) == 1 and "\x1b" not in problems[0] and "\\x1b" in problems[0], problems
 
 
 def test_a_failed_check_stops_the_launch_with_exit_6_and_every_problem(monkeypatch):

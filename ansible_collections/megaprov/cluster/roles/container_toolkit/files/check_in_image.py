@@ -28,7 +28,9 @@ def limit(value):
 
 def main():
     target = sys.argv[1] if len(sys.argv) > 1 else ""
-    fact = {"host": socket.gethostname(), "uid": os.getuid(), "python": sys.version.split()[0]}
+    # Slurm's name of the node where srun runs it (the kernel's host name may be a longer one), else the host name
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    fact = {"host": host, "uid": os.getuid(), "python": sys.version.split()[0]}
     try:
         import torch
 
