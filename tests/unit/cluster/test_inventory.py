@@ -148,7 +148,7 @@ def test_the_cluster_settings_are_the_megaprov_roles_options():
     local_facts = {"megaprov_preflight", "megaprov_compute", "megaprov_python", "megaprov_fabric", "megaprov_cache"}
     local_facts |= {"megaprov_job", "megaprov_job_unit_state", "megaprov_logs", "megaprov_logs_read", "megaprov_doctor"}
     local_facts |= {"megaprov_status", "megaprov_status_sinfo"}  # megaprov status's extra var and its sinfo result
-    local_facts |= {"megaprov_probe", "megaprov_image"}  # the extra vars of train's image probe and of image pull
+    local_facts |= {"megaprov_probe", "megaprov_check", "megaprov_image"}  # the extra vars of train's image probe and checks, and of image pull
     # the observe stage's metric families and the files of its collectors (megaprov_gpu.prom, megaprov_jobs.prom, ...)
     local_facts |= {"megaprov_node_info", "megaprov_node_gpus_expected", "megaprov_shared_dir_info", "megaprov_node", "megaprov_gpu"}
     local_facts |= {"megaprov_gpu_metrics", "megaprov_job_metrics", "megaprov_jobs", "megaprov_alert_recorder"}
