@@ -278,32 +278,32 @@ def _dry_run(args: argparse.Namespace, planned: Any, rendered: Any) -> Outcome:
     return Outcome("train", result, text=show)
 
 
-def _probe_image(args: argparse.Namespace, spec: Any, found: Any, hosts: list[tuple[str, str]]) -> Any:
+def _container_cluster(args: argparse.Namespace, spec: Any) -> tuple[Any, str | None]:
+    """The inventory, loaded once for the image probe and the checks of a job in a container, and the Slurm submit host."""
+    from megaprov.cluster import inventory as inv
+    from megaprov.training.launchers import slurm
+
+    loaded = inv.load(args.inventory, paths.roles_dir(), paths.cluster_defaults())
+    return loaded, slurm.submit_host(loaded) if spec.launch.launcher == "slurm" else None
+
+
+def _probe_image(args: argparse.Namespace, spec: Any, found: Any, hosts: list[tuple[str, str]], submit: str | None) -> Any:
     """The cluster with the stack of the job's image, probed on its first node (once per image: it is recorded)."""
     import dataclasses
 
-    from megaprov.cluster import inventory as inv
     from megaprov.training import imagefacts
-    from megaprov.training.launchers import slurm
 
-    submit = None
-    if spec.launch.launcher == "slurm":
-        submit = slurm.submit_host(inv.load(args.inventory, paths.roles_dir(), paths.cluster_defaults()))
     gpus = found.gpu.name != "cpu"
     stack = imagefacts.probe(spec, Path(args.inventory), found.shared_dir, hosts[0][0], gpus, submit, reporter(args))
     return dataclasses.replace(found, stack=stack)
 
 
-def _check_image(args: argparse.Namespace, spec: Any, found: Any, hosts: list[tuple[str, str]]) -> None:
+def _check_image(args: argparse.Namespace, spec: Any, found: Any, names: list[str], loaded: Any, submit: str | None) -> None:
     """The node checks inside the job's image on every node, as the job will run (imagecheck.py); exit 6 on a problem."""
-    from megaprov.cluster import inventory as inv
     from megaprov.training import imagecheck
-    from megaprov.training.launchers import slurm, systemd
+    from megaprov.training.launchers import systemd
 
-    loaded = inv.load(args.inventory, paths.roles_dir(), paths.cluster_defaults())
-    names = [name for name, _ in hosts]
-    submit = slurm.submit_host(loaded) if spec.launch.launcher == "slurm" else None
-    limits = systemd.unit_limits(inv.as_bool(loaded.host_var(names[0], "megaprov_lab", False)))
+    limits = systemd.unit_limits(systemd.is_lab(loaded, names[0]))
     imagecheck.check(spec, Path(args.inventory), found.shared_dir, names, found.gpu.name != "cpu", submit, limits, reporter(args))
 
 
@@ -334,8 +334,9 @@ def _train(args: argparse.Namespace) -> Outcome:
             f"--name {args.name!r} is not a job name", "use lowercase letters, digits, '.', '_' and '-' (up to 63), starting with a letter or digit"
         )
     spec, text, found, hosts = _spec_and_cluster(args, spec_path, _unhealthy(args), spec_root)
-    if spec.launch.container is not None and found.stack.source != "image" and not args.dry_run:
-        found = _probe_image(args, spec, found, hosts)
+    boxed = _container_cluster(args, spec) if spec.launch.container is not None and not args.dry_run else None
+    if boxed is not None and found.stack.source != "image":
+        found = _probe_image(args, spec, found, hosts, boxed[1])
     planned = planner.plan(spec, found)
     if planned.fits is False:
         return Outcome("train", jobview.plan_dict(planned), ExitCode.VERDICT_FAILED, fit_error(spec, planned, found))
@@ -345,8 +346,8 @@ def _train(args: argparse.Namespace) -> Outcome:
     if args.name:  # the stored spec carries the job's name, so that --resume finds the same job
         text = jobview.renamed(text, args.name)
     say = reporter(args)
-    if spec.launch.container is not None:
-        _check_image(args, spec, found, hosts[: found.nodes])  # the job's nodes, as the render chose them
+    if boxed is not None:
+        _check_image(args, spec, found, [name for name, _ in hosts[: found.nodes]], *boxed)  # the job's nodes, as rendered
     job = jobs.start(spec, text, found, planned, jobview.plan_dict(planned), rendered, args.inventory, bool(args.resume), say, args.strategy)
     launched = time.time()
     if job.launcher == "slurm":

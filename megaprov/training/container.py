@@ -139,6 +139,34 @@ def podman_options(spec: JobSpec, shared: str, gpus: bool) -> list[str]:
     return words
 
 
+SRUN_WAIT_S = 120  # srun --immediate: how long a check or probe before the job waits for its nodes
+
+
+def pyxis_srun(spec: JobSpec, shared: str, nodes: int, gpus: bool, name: str) -> list[str]:
+    """``srun`` and its options for a step in the job's image before the job (the image probe, the node checks): what
+    the job's batch script asks Slurm for (render.sbatch_script: GPUs, partition, account, QOS, whole nodes), one
+    task per node, pyxis with the job's mounts, and no waiting on busy nodes beyond SRUN_WAIT_S; Slurm picks the nodes,
+    as it will for the job. The command follows; stdin reaches every task (srun's default, said)."""
+    box = spec.launch.container
+    assert box is not None
+    argv = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--exclusive", f"--immediate={SRUN_WAIT_S}"]
+    if gpus:
+        argv.append(f"--gpus-per-node={spec.launch.gpus_per_node}")
+    slurm = spec.launch.slurm
+    for key, value in (("partition", slurm.partition), ("account", slurm.account), ("qos", slurm.qos)):
+        if value:
+            argv.append(f"--{key}={values.sbatch_value(value, f'launch.slurm.{key}')}")
+    mounts_option = ",".join(mount_option(*m) for m in mounts(spec, shared))
+    return [
+        *argv,
+        "--input=all",
+        f"--job-name={name}",
+        f"--container-image={values.enroot_image(box.image)}",
+        f"--container-mounts={mounts_option}",
+        "--no-container-mount-home",
+    ]
+
+
 def container_name(spec: JobSpec, rank: int) -> str:
     """The podman container of a node's torchrun: one per job and node rank."""
     return f"megaprov-job-{spec.name}-{rank}"

@@ -24,7 +24,6 @@ from megaprov.training import container
 from megaprov.training.jobspec import JobSpec
 
 PLAYBOOK = "image_check.yml"
-SRUN_WAIT_S = 120  # srun --immediate: how long the Slurm check waits for its nodes
 STAT = "image_check"  # what image_check.yml hands back (set_stats): {host: {"fact": {...}, "ib": bool}} or {"lines": [...]}
 
 
@@ -51,25 +50,7 @@ def check_vars(spec: JobSpec, shared: str, hosts: list[str], gpus: bool, submit_
     target = f"{shared.rstrip('/')}/jobs"
     probe = [box.python, "-", target]
     if spec.launch.launcher == "slurm":
-        # As the job's batch script asks Slurm (render.sbatch_script): its node count, GPUs, partition, account and
-        # QOS, whole nodes; Slurm picks the nodes, as it will for the job. Not waiting for busy nodes: a check that
-        # cannot start within SRUN_WAIT_S says so instead of holding `megaprov train`.
-        mounts = ",".join(container.mount_option(*m) for m in container.mounts(spec, shared))
-        argv = ["srun", f"--nodes={len(hosts)}", "--ntasks-per-node=1", "--exclusive", f"--immediate={SRUN_WAIT_S}"]
-        if gpus:
-            argv.append(f"--gpus-per-node={spec.launch.gpus_per_node}")
-        slurm = spec.launch.slurm
-        for key, value in (("partition", slurm.partition), ("account", slurm.account), ("qos", slurm.qos)):
-            if value:
-                argv.append(f"--{key}={values.sbatch_value(value, f'launch.slurm.{key}')}")
-        argv += [
-            "--input=all",  # the check reaches every task's stdin (srun's default, said)
-            "--job-name=megaprov-image-check",
-            f"--container-image={values.enroot_image(box.image)}",
-            f"--container-mounts={mounts}",
-            "--no-container-mount-home",
-            *probe,
-        ]
+        argv = [*container.pyxis_srun(spec, shared, len(hosts), gpus, "megaprov-image-check"), *probe]
         return {"submit": submit_host or hosts[0], "hosts": hosts, "argv": argv}
     wrap = ["systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec"]
     for limit in unit_limits:

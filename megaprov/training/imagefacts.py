@@ -79,19 +79,8 @@ def probe_vars(spec: JobSpec, shared: str, host: str, gpus: bool, submit_host: s
     assert box is not None
     # the checkout's megatron.core first on the path, as in the job (render: PYTHONPATH)
     probe = ["env", f"PYTHONPATH={spec.launch.megatron_dir}", box.python, "-", spec.launch.megatron_dir]
-    if spec.launch.launcher == "slurm":
-        mounts = ",".join(container.mount_option(*m) for m in container.mounts(spec, shared))
-        argv = [
-            "srun",
-            "--nodes=1",
-            "--ntasks=1",
-            f"--nodelist={host}",
-            "--job-name=megaprov-image-probe",
-            f"--container-image={values.enroot_image(box.image)}",
-            f"--container-mounts={mounts}",
-            "--no-container-mount-home",
-            *probe,
-        ]
+    if spec.launch.launcher == "slurm":  # on a node Slurm gives, asked for as the job asks (container.pyxis_srun)
+        argv = [*container.pyxis_srun(spec, shared, 1, gpus, "megaprov-image-probe"), *probe]
         return {"host": submit_host or host, "argv": argv}
     return {"host": host, "argv": [*container.podman_options(spec, shared, gpus), "--rm", "-i", box.image, *probe]}
 

@@ -84,6 +84,11 @@ def unit_text(spec: JobSpec, job: Job, host: str, rank: int, user: str, lab: boo
     return "\n".join(lines) + "\n"
 
 
+def is_lab(found: inv.Inventory, host: str) -> bool:
+    """The host is a node of megaprov's container lab (megaprov_lab), whose units cannot raise their limits."""
+    return inv.as_bool(found.host_var(host, "megaprov_lab", False))
+
+
 def unit_limits(lab: bool) -> list[str]:
     """The resource limits of a job's unit (the checks in a container image run under the same, imagecheck.py)."""
     return [] if lab else ["LimitMEMLOCK=infinity"]  # RDMA registers pinned memory; lab containers may not raise the limit
@@ -112,7 +117,7 @@ class SystemdLauncher:
     def stage(self, job: Job, spec: JobSpec, rendered: render.Rendered, found: inv.Inventory, staging: Path) -> dict[str, Any]:
         """The node scripts, each node's unit and the units' ExecStop script; the units travel in the start play's vars."""
         user = str(found.host_var(job.hosts[0], "megaprov_cluster_user", "megaprov"))
-        lab = inv.as_bool(found.host_var(job.hosts[0], "megaprov_lab", False))
+        lab = is_lab(found, job.hosts[0])
         (staging / STOP_SCRIPT_FILE).write_text(STOP_SCRIPT)
         units = {}
         for node in rendered.nodes:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from megaprov.training import imagecheck, jobspec, render
+from megaprov.training import container, imagecheck, jobspec, render
 from megaprov.training.launchers import systemd
 from tests.helpers.container_job import IMAGE, SPEC, cluster, spec
 
@@ -66,7 +66,7 @@ def test_under_slurm_one_srun_asks_for_what_the_jobs_batch_script_asks_and_does_
     vars_ = imagecheck.check_vars(jobspec.parse(text), "/shared", HOSTS, True, "head", [])
     assert vars_["submit"] == "head"
     argv = vars_["argv"]
-    assert argv[:5] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--exclusive", f"--immediate={imagecheck.SRUN_WAIT_S}"]
+    assert argv[:5] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--exclusive", f"--immediate={container.SRUN_WAIT_S}"]
     assert {"--gpus-per-node=4", "--partition=gpu", "--account=proj1", "--qos=high", "--input=all"} <= set(argv)
     assert not [a for a in argv if a.startswith("--nodelist")]  # Slurm picks the nodes, as for the job
     assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in argv and argv[-3:] == ["/usr/bin/python", "-", "/shared/jobs"]

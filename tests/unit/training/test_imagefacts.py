@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from megaprov.errors import UsageError
-from megaprov.training import imagefacts, jobspec, nodefacts, render
+from megaprov.training import imagecheck, imagefacts, jobspec, nodefacts, render
 from tests.helpers.container_job import IMAGE, SPEC, cluster
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -93,7 +93,13 @@ def test_the_probe_runs_as_the_job_will():
     assert ("--volume", "/scratch/cache:/cache:ro") in set(zip(argv, argv[1:], strict=False))
     assert argv[argv.index(IMAGE) + 1 :] == ["env", "PYTHONPATH=/opt/megatron-lm", "/usr/bin/python", "-", "/opt/megatron-lm"]
     slurm = imagefacts.probe_vars(jobspec.parse(SPEC.replace("LAUNCHER", "slurm")), "/shared", "n1", True, "head")
-    assert slurm["host"] == "head"  # srun from the submit host, onto the job's first node
-    assert slurm["argv"][:5] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--job-name=megaprov-image-probe"]
+    assert slurm["host"] == "head"  # srun from the submit host, on a node Slurm gives, asked for as the job asks
+    check = imagecheck.check_vars(jobspec.parse(SPEC.replace("LAUNCHER", "slurm")), "/shared", ["n1", "n2"], True, "head", [])
+    assert slurm["argv"][:5] == ["srun", "--nodes=1", "--ntasks-per-node=1", "--exclusive", "--immediate=120"]
+    assert "--gpus-per-node=4" in slurm["argv"] and "--job-name=megaprov-image-probe" in slurm["argv"]
+    # the same request as the node checks', but for one node
+    assert [a for a in slurm["argv"] if not a.startswith(("--nodes=", "--job-name="))][:-5] == [
+        a for a in check["argv"] if not a.startswith(("--nodes=", "--job-name="))
+    ][:-3]
     assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in slurm["argv"]
     assert "--container-mounts=/shared:/shared,/opt/megatron-lm:/opt/megatron-lm:ro,/scratch/cache:/cache:ro" in slurm["argv"]
