@@ -82,6 +82,11 @@ else
     # exit 5 (no test collected in a part) is a failure like any other
     [ "$prc" -eq 0 ] || [ "$rc" -ne 0 ] || rc=$prc
   done
+  # each part's slowest tests again, here at the end, where a cut log's tail still shows them
+  echo "=================== slowest tests per part ==================="
+  for part in "${parts[@]}"; do
+    sed -n '/slowest [0-9]* durations/,/^$/p' ".megaprov/test-$part.log" | grep -E '^[0-9.]+s ' | head -n 8 | sed "s/^/$part  /" || true
+  done
   echo "=================== time per part (wall side by side; cpu: the part's own processes) ==================="
   printf '%s\n' "${summary[@]}"
   busy=$(($(.venv/bin/python scripts/partcpu.py --machine) - busy0))

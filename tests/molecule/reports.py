@@ -67,3 +67,27 @@ def idempotence_run(sequence: list[str], directory: Path, playbook: str = "conve
     if len(runs) != len(steps):
         raise ValueError(f"{len(steps)} runs of {playbook} expected ({', '.join(steps)}), {len(runs)} reports found in {directory}")
     return runs[steps.index("idempotence")]
+
+
+def failed_tasks(directory: Path, limit: int = 2000) -> list[str]:
+    """The failed and errored task results of every playbook run reported in a directory, oldest run first: each as
+    "playbook: [host] play: task: message" and the result's text, clipped to `limit` characters. What a failed
+    Molecule step's output tail (its destroy step's) no longer shows."""
+    found = []
+
+    def started(path: Path) -> float:
+        try:
+            return float(path.stem.rsplit("-", 1)[-1])
+        except ValueError:
+            return 0.0
+
+    for run in sorted(directory.glob("*.xml"), key=started) if directory.is_dir() else []:
+        try:
+            root = ET.parse(run).getroot()
+        except ET.ParseError:
+            continue
+        for case in root.iter("testcase"):
+            for bad in (*case.findall("failure"), *case.findall("error")):
+                text = " ".join(filter(None, [bad.get("message"), (bad.text or "").strip(), case.findtext("system-out") or ""]))
+                found.append(f"{run.stem.rsplit('-', 1)[0]}: {case.get('name', '?')}: {text[:limit]}")
+    return found

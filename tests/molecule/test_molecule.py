@@ -104,7 +104,10 @@ def test_molecule_scenario(scenario, tmp_path):
     }
     proc = subprocess.run([str(bin_dir / "molecule"), "test", "-s", scenario], cwd=ROOT, capture_output=True, text=True, env=env, timeout=2400)
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-6000:]
+    if proc.returncode != 0:
+        # the failed tasks first (their playbook runs' reports): the output's tail is the destroy step's
+        failed = "\n".join(reports.failed_tasks(ansible_dir)) or "(no failed task reported)"
+        pytest.fail(f"molecule test -s {scenario} exited {proc.returncode}\nfailed tasks:\n{failed}\n--- output tail:\n{output[-3000:]}")
     # Molecule fails its idempotence step on any changed task; the report says which ran, and that there were tasks.
     second = reports.idempotence_run(sequence, ansible_dir, converge)
     assert reports.junit_totals(second).tests > 0, f"the idempotence run ({second.name}) reported no task"

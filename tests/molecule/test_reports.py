@@ -58,3 +58,15 @@ def test_the_idempotence_run_is_picked_by_time_not_by_name(tmp_path):
 def test_a_sequence_without_idempotence_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no idempotence step"):
         reports.idempotence_run(["create", "converge", "verify"], tmp_path)
+
+
+def test_failed_tasks_name_the_playbook_the_task_and_its_message_oldest_run_first(tmp_path):
+    (tmp_path / "converge-1000.2.xml").write_text(ANSIBLE_RUN)
+    (tmp_path / "prepare-999.1.xml").write_text(ANSIBLE_RUN.replace("boom", "apt-get update: 503"))
+    failed = reports.failed_tasks(tmp_path)
+    assert failed == [
+        "prepare: [gpu1] Converge: Refuse: Task failed: Action failed: apt-get update: 503 (traceback missing)",
+        "converge: [gpu1] Converge: Refuse: Task failed: Action failed: boom (traceback missing)",
+    ]
+    assert reports.failed_tasks(tmp_path / "absent") == []
+    assert len(reports.failed_tasks(tmp_path, limit=10)[0]) == len("prepare: [gpu1] Converge: Refuse: ") + 10
