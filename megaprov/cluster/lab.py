@@ -346,6 +346,10 @@ def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | No
     # of their own, which the kernel refuses while parts of the node's /proc are masked or read-only: unmasked. The
     # node's /proc/sys is then the lab host's kernel settings, so the image masks systemd-sysctl (lab_files/Containerfile).
     args += ["--security-opt", "unmask=/proc/*"]
+    # A cgroup namespace of its own, as a machine has: /proc/self/cgroup then names paths that the node's
+    # /sys/fs/cgroup holds. With the host's (podman's default on a cgroup v1 host) it names the host's paths, and
+    # enroot's cgroups hook fails every pyxis step ("enroot-mount: failed to mount: /sys/fs/cgroup/...").
+    args += ["--cgroupns", "private"]
     if index == 1:
         args += ["--cap-add", "DAC_READ_SEARCH"]
     for source, target in LAB_GPU_DEVICES:

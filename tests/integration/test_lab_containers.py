@@ -1,11 +1,14 @@
 """Jobs in a container image on the lab (launch.container), under systemd: the containers stage on the README run's lab
 (the registry on the head, podman on the nodes), the lab's training image fetched once into the head's registry
 (megaprov image pull --archive, as an air-gapped site carries it), probed in the image, and the lab job trained in it
-by rootless podman to a PASSED verdict, also through a rank killed in its container. The Slurm path (enroot and pyxis)
-needs their packages in the lab: the roles' own scenario (molecule/containers) runs a pyxis step."""
+by rootless podman to a PASSED verdict, also through a rank killed in its container; and under Slurm through pyxis,
+from the squashfs that the pull imported with enroot on the head into the shared directory. enroot's .debs and
+pyxis's source come from the harness's fixtures (built from NVIDIA's sources, tests/fixtures/containers.py), copied
+into the nodes and named by the roles' source variables, as an air-gapped site names its mirror."""
 
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,8 +16,11 @@ import pytest
 import yaml
 from conftest import ROOT, megaprov, podman_exec, train_and_kill_a_rank
 
-from megaprov.training import imagefacts
+from megaprov.cluster import lab
+from megaprov.training import imagefacts, render
 from megaprov.training.launchers import systemd
+from tests.fixtures import build as fixtures
+from tests.fixtures import containers
 from tests.helpers import train_image
 
 pytestmark = pytest.mark.lab
@@ -22,19 +28,30 @@ pytestmark = pytest.mark.lab
 # An upstream name the lab cannot reach: every pull of it must come from the head's registry.
 UPSTREAM = "registry.megaprov.lab"
 UNIT = "megaprov-job-{}.service"
+FIXTURES = "/srv/megaprov-fixtures/containers"  # where the nodes find enroot's .debs and pyxis's source
 
 
 @pytest.fixture(scope="module")
 def boxed(bootstrapped, tmp_path_factory):
-    """The README run's lab with the containers stage on (registry and podman; enroot and pyxis need NVIDIA's releases,
-    which the lab does not carry), the training image pulled once, and this module's data."""
+    """The README run's lab with the containers stage on (the registry on the head, podman on the nodes, enroot and
+    pyxis from the fixtures' sources), the training image pulled once, and this module's data."""
     inventory = Path(bootstrapped["inventory"])
     group_vars = inventory.parent / "group_vars" / "all.yml"
     before = group_vars.read_text()
-    group_vars.write_text(before + f"megaprov_containers: true\nimage_registry_upstreams: [{UPSTREAM}]\n")
+    sources = fixtures.build() / "containers"
+    for node in bootstrapped["nodes"]:
+        podman_exec(node["container"], "mkdir", "-p", FIXTURES)
+        argv = ["podman", "cp", f"{sources}/.", f"{node['container']}:{FIXTURES}"]
+        copied = subprocess.run(argv, capture_output=True, text=True, env=lab.podman_env())
+        assert copied.returncode == 0, copied.stderr
+    group_vars.write_text(
+        before
+        + f"megaprov_containers: true\nimage_registry_upstreams: [{UPSTREAM}]\n"
+        + f"enroot_base_url: file://{FIXTURES}/enroot/\npyxis_source_url: file://{FIXTURES}/pyxis/v{containers.PYXIS_VERSION}.tar.gz\n"
+    )
     try:
         began = time.monotonic()
-        code, doc, err = megaprov("bootstrap", "-i", str(inventory), "--tags", "containers", "--skip-tags", "enroot,pyxis", "--output", "json")
+        code, doc, err = megaprov("bootstrap", "-i", str(inventory), "--tags", "containers", "--output", "json")
         assert code == 0, err[-3000:]
         stage_s = time.monotonic() - began
         local, archive = train_image.build()
@@ -50,7 +67,7 @@ def boxed(bootstrapped, tmp_path_factory):
         assert code == 0, err
         shared = yaml.safe_load(group_vars.read_text())["megaprov_controller_shared_dir"]
         print(f"containers stage {stage_s:.0f} s; image pull {pull_s:.0f} s ({archive.stat().st_size} bytes of archive)")
-        yield {**bootstrapped, "image": image, "pulled": doc["result"], "shared": Path(shared), "inventory": str(inventory)}
+        yield {**bootstrapped, "image": image, "pulled": doc["result"], "shared": Path(shared), "inventory": str(inventory), "stage": err}
     finally:
         group_vars.write_text(before)
 
@@ -158,3 +175,37 @@ def test_a_rank_killed_in_the_container_restarts_and_resumes_from_its_checkpoint
     if probed_at is not None:
         assert record.stat().st_mtime == probed_at  # a second job with the same image does not probe it again
     print(f"node2's unit active again {restarted:.1f} s after the kill; resumed from {restart['resumed_from']}")
+
+
+def test_a_job_trains_in_the_squashfs_under_slurm_through_pyxis_and_passes(boxed, tmp_path):
+    """enroot imported the pulled image on the head into the shared directory; Slurm's steps run the job's node
+    script in it through pyxis (srun --container-image), the image's python being the only one with torch at
+    /opt/train (the nodes' venv is /opt/megaprov/venv): a PASSED verdict means the ranks ran in the image."""
+    squashfs = boxed["pulled"]["squashfs"]
+    assert squashfs and squashfs.startswith("/") and squashfs.endswith(".sqsh"), boxed["pulled"]
+    name = "boxed-slurm"
+    spec = yaml.safe_load((ROOT / "examples" / "jobs" / "lab-tiny-slurm.yml").read_text())
+    spec["name"] = name
+    spec["train"]["train_iters"] = 20
+    spec["launch"]["container"] = {"image": squashfs, "python": train_image.PYTHON}
+    path = tmp_path / f"{name}.yml"
+    path.write_text(yaml.safe_dump(spec))
+    began = time.monotonic()
+    code, _, err = megaprov("train", "--job", str(path), "-i", boxed["inventory"])
+    job = boxed["shared"] / "jobs" / name
+    assert code == 0, err[-3000:] + "".join(p.read_text()[-1500:] for p in sorted((job / "logs").glob("*")) if p.is_file())
+    assert "train: image checked on 2 node(s): torch 2.13.0+cpu" in err, err[-3000:]
+    report = json.loads((job / "report.json").read_text())
+    assert report["verdict"] == "passed", report
+    script = (job / render.SLURM_BATCH_SCRIPT).read_text()
+    assert f"--container-image={squashfs}" in script and "--container-mounts=" in script, script[-2000:]
+    # Slurm chose the nodes: each that ran a rank logged torchrun's clean exit, and none of them has /opt/train outside
+    logs = sorted((job / "logs").glob("node*.log"))
+    assert len(logs) == 2 and all("torchrun exited with 0" in p.read_text() for p in logs), [p.read_text()[-1500:] for p in logs]
+    for node in boxed["nodes"]:
+        if node["name"] in [p.stem for p in logs]:
+            assert podman_exec(node["container"], "test", "-e", train_image.PYTHON).returncode != 0, f"{node['name']} has {train_image.PYTHON}"
+    # pyxis's plugin is what slurmd loaded (the node's plugstack), and the squashfs is read in place: no import per node
+    plugstack = podman_exec(boxed["nodes"][1]["container"], "cat", "/etc/slurm/plugstack.conf.d/pyxis.conf").stdout
+    assert "spank_pyxis.so" in plugstack
+    print(f"Slurm job through pyxis from {squashfs}: {time.monotonic() - began:.0f} s to the verdict")

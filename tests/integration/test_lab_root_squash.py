@@ -47,7 +47,7 @@ def test_the_cluster_user_writes_as_itself_from_every_node(squashed):
 
 
 def test_the_layout_is_the_cluster_users(squashed):
-    for name in ("data", "jobs", "checkpoints", "cache", "opt", "megaprov", "megaprov/baselines"):
+    for name in ("data", "jobs", "checkpoints", "cache", "opt", "images", "megaprov", "megaprov/baselines"):
         st = (squashed["shared"] / name).stat()
         assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (CLUSTER_UID, CLUSTER_UID, 0o755), name
 

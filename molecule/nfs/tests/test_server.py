@@ -19,7 +19,7 @@ def test_ganesha_serves_the_export(host):
 
 def test_layout_is_owned_by_the_cluster_user(host):
     # every directory a later stage writes as the cluster user (root is nobody on the share)
-    for name in ("data", "datasets", "checkpoints", "jobs", "cache", "opt", "megaprov", "megaprov/baselines"):
+    for name in ("data", "datasets", "checkpoints", "jobs", "cache", "opt", "images", "megaprov", "megaprov/baselines"):
         d = host.file(f"/shared/{name}")
         assert d.is_directory and d.user == "megaprov" and d.group == "megaprov" and d.mode == 0o755, name
     root = host.file("/shared")
