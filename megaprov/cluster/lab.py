@@ -346,10 +346,6 @@ def node_create_argv(lab: str, index: int, subnet: str, image: str, ca: str | No
     # of their own, which the kernel refuses while parts of the node's /proc are masked or read-only: unmasked. The
     # node's /proc/sys is then the lab host's kernel settings, so the image masks systemd-sysctl (lab_files/Containerfile).
     args += ["--security-opt", "unmask=/proc/*"]
-    # A cgroup namespace of its own, as a machine has: /proc/self/cgroup then names paths that the node's
-    # /sys/fs/cgroup holds. With the host's (podman's default on a cgroup v1 host) it names the host's paths, and
-    # enroot's cgroups hook fails every pyxis step ("enroot-mount: failed to mount: /sys/fs/cgroup/...").
-    args += ["--cgroupns", "private"]
     if index == 1:
         args += ["--cap-add", "DAC_READ_SEARCH"]
     for source, target in LAB_GPU_DEVICES:
@@ -510,6 +506,10 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         "# read-only: Slurm's container profile. Each node has two stand-in GPU device files for gres.\n"
         "megaprov_scheduler: slurm\n"
         "slurm_profile: container\n"
+        "# enroot (pyxis's runtime, where the containers stage is on) skips its cgroups hook: a node's /proc/self/cgroup\n"
+        "# names this machine's cgroup paths, which the node's /sys/fs/cgroup does not hold. A private cgroup namespace\n"
+        "# would give the node its own, but on a cgroup v1 host its systemd then leaves its cgroup and podman exec fails.\n"
+        "enroot_disabled_hooks: [10-cgroups.sh]\n"
         f"slurm_gpus_per_node: {len(LAB_GPU_DEVICES)}\n"
         "# The head's package cache: every node's apt downloads through it, the wheelhouse is indexed there.\n"
         "megaprov_package_cache: true\n"

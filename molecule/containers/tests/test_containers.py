@@ -115,6 +115,18 @@ def test_enroot_keeps_per_user_state_on_local_scratch(gpu):
         assert d.is_directory and d.mode == 0o1777, parent
 
 
+@pytest.mark.parametrize("name", HOSTS)
+def test_the_hooks_named_disabled_lose_their_execute_bits_and_the_others_keep_them(name):
+    host = node(name)
+    disabled = variable(name, "enroot_disabled_hooks")
+    assert disabled == ["10-cgroups.sh"]
+    hooks = host.check_output("ls /etc/enroot/hooks.d").split()
+    assert set(disabled) < set(hooks) and "10-devices.sh" in hooks, hooks
+    for hook in hooks:
+        mode = host.file(f"/etc/enroot/hooks.d/{hook}").mode
+        assert (mode & 0o111 == 0) == (hook in disabled), (hook, oct(mode))
+
+
 def test_the_registry_credentials_are_the_users_alone_and_verbatim(gpu):
     creds = gpu.file(f"/home/{USER}/.config/enroot/.credentials")
     assert (creds.user, creds.mode) == (USER, 0o600)

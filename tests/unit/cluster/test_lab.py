@@ -112,7 +112,6 @@ def test_a_node_is_created_at_its_fixed_address():
         "-v", "megaprov-lab-ci-shared:/srv/megaprov/export", "--device", "/dev/fuse", "--cap-add", "SYS_ADMIN",
         "--cap-add", "SYS_PTRACE",  # Slurm's epilog reads the job user's /proc/PID/environ as root
         "--security-opt", "unmask=/proc/*",  # a container in the node, as the cluster user, mounts its own /proc
-        "--cgroupns", "private",  # /proc/self/cgroup names the node's own cgroup paths (enroot's cgroups hook reads them)
         # two character devices where GPUs would be, for Slurm's gres (File= must be a device)
         "--device", "/dev/null:/dev/nvidia0", "--device", "/dev/zero:/dev/nvidia1",
         "localhost/megaprov-node:abc",
