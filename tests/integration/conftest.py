@@ -24,15 +24,16 @@ def megaprov(*argv, check_json=True):
     return proc.returncode, doc, proc.stderr
 
 
-def train_and_kill_a_rank(inventory, spec, job_dir, node, pattern, restart_within):
+def train_and_kill_a_rank(inventory, spec, job_dir, node, pattern, restart_within, output="json"):
     """``megaprov train`` of SPEC, and just past its checkpoint at iteration 20 a SIGKILL, on lab node NODE, of every
     process whose command line matches PATTERN (the rank and its torchrun agent, as the kernel's OOM killer would);
     the node's unit must be active again within RESTART_WITHIN seconds (RestartSec, not TimeoutStopSec: nothing of
-    the job waits on orphans). Returns (train's exit code, its stderr, the seconds from the kill to the unit active)."""
+    the job waits on orphans). Returns (train's exit code, its stderr, the seconds from the kill to the unit active);
+    with OUTPUT text, that stderr holds train's progress lines."""
     metrics = job_dir / "metrics.jsonl"
     unit = f"megaprov-job-{job_dir.name}.service"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "megaprov", "train", "--job", spec, "-i", inventory, "--output", "json"],
+        [sys.executable, "-m", "megaprov", "train", "--job", spec, "-i", inventory, "--output", output],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -121,7 +121,13 @@ def test_a_job_trains_in_the_image_under_systemd_and_a_rank_killed_in_it_resumes
     node2 = boxed["nodes"][1]["container"]
     # the image's python (torchrun and the rank), seen from the node: processes of the container
     code, err, restarted = train_and_kill_a_rank(
-        boxed["inventory"], spec, boxed["shared"] / "jobs" / name, node2, "^/opt/train/bin/python .*megaprov_trainer", systemd.RESTART_SEC + 15
+        boxed["inventory"],
+        spec,
+        boxed["shared"] / "jobs" / name,
+        node2,
+        "^/opt/train/bin/python .*megaprov_trainer",
+        systemd.RESTART_SEC + 15,
+        output="text",  # its progress lines on stderr: the probe's and the checks'
     )
     job = boxed["shared"] / "jobs" / name
     log = (job / "logs" / "node2.log").read_text()
