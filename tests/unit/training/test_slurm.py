@@ -208,6 +208,7 @@ def test_the_lab_gives_each_node_stand_in_gpu_devices_for_gres():
     assert "/dev/null:/dev/nvidia0" in devices and "/dev/zero:/dev/nvidia1" in devices
     _, group_vars = lab.render_inventory("ci", [lab.Node("node1", "megaprov-ci-node1", "10.90.7.2", "running")], Path("/k"), Path("/kh"), "/s")
     assert "megaprov_scheduler: slurm\nslurm_profile: container\nslurm_gpus_per_node: 2\n" in group_vars
+    assert "\nenroot_disabled_hooks: [10-cgroups.sh]\n" in group_vars  # the nodes' /proc/self/cgroup names this host's paths
 
 
 def test_slurm_times_in_seconds():
