@@ -51,11 +51,17 @@ def changed_tasks(path: Path) -> list[str]:
     return changed
 
 
+def run_time(report: Path) -> float | None:
+    """The time.time() in a junit callback report's name (``<playbook>-<time>.xml``), or None for another file."""
+    when = report.stem.rpartition("-")[2]
+    return float(when) if when.replace(".", "", 1).isdigit() else None
+
+
 def playbook_runs(directory: Path, playbook: str) -> list[Path]:
     """The JUnit reports of one playbook's runs, oldest first (by the time in the file name)."""
     stem = Path(playbook).stem
-    runs = [p for p in directory.glob(f"{stem}-*.xml") if p.stem[len(stem) + 1 :].replace(".", "", 1).isdigit()]
-    return sorted(runs, key=lambda p: float(p.stem[len(stem) + 1 :]))
+    runs = [p for p in directory.glob(f"{stem}-*.xml") if p.stem.rpartition("-")[0] == stem and run_time(p) is not None]
+    return sorted(runs, key=lambda p: run_time(p) or 0.0)
 
 
 def idempotence_run(sequence: list[str], directory: Path, playbook: str = "converge.yml") -> Path:
@@ -74,14 +80,8 @@ def failed_tasks(directory: Path, limit: int = 2000) -> list[str]:
     "playbook: [host] play: task: message" and the result's text, clipped to `limit` characters. What a failed
     Molecule step's output tail (its destroy step's) no longer shows."""
     found = []
-
-    def started(path: Path) -> float:
-        try:
-            return float(path.stem.rsplit("-", 1)[-1])
-        except ValueError:
-            return 0.0
-
-    for run in sorted(directory.glob("*.xml"), key=started) if directory.is_dir() else []:
+    runs = [p for p in directory.glob("*-*.xml") if run_time(p) is not None] if directory.is_dir() else []
+    for run in sorted(runs, key=lambda p: run_time(p) or 0.0):
         try:
             root = ET.parse(run).getroot()
         except ET.ParseError:
@@ -89,5 +89,5 @@ def failed_tasks(directory: Path, limit: int = 2000) -> list[str]:
         for case in root.iter("testcase"):
             for bad in (*case.findall("failure"), *case.findall("error")):
                 text = " ".join(filter(None, [bad.get("message"), (bad.text or "").strip(), case.findtext("system-out") or ""]))
-                found.append(f"{run.stem.rsplit('-', 1)[0]}: {case.get('name', '?')}: {text[:limit]}")
+                found.append(f"{run.stem.rpartition('-')[0]}: {case.get('name', '?')}: {text[:limit]}")
     return found
