@@ -6,12 +6,16 @@
     DIR/apt/            *.deb + Packages.gz: a flat repository (deb [trusted=yes] http://HEAD/bundle/apt ./)
     DIR/wheels/         *.whl
     DIR/git/NAME.git    bare repositories (git clone --mirror): Megatron-LM, nccl-tests, apex
+    DIR/sources/        files the roles download by URL (enroot's release .debs, pyxis's source archive), by file name
+    DIR/images/         container images (`podman save` archives) named by --image, listed in the manifest's images
 
 What goes in comes from the collection itself: the playbook ``bundle_contents.yml`` lets Ansible evaluate the roles'
 defaults and vars with the inventory's variables for a fresh node of the target distribution (:func:`resolve`,
 through the runner), and :func:`parse_contents` types its answer. The apt closure is resolved by apt in a private
-root (its own sources.list, an empty dpkg status, so everything a fresh node lacks is there); wheels by ``pip
-download`` for the nodes' Python (:mod:`megaprov.cluster.wheelhouse`); git remotes are mirrored whole.
+root (its own sources.list, an empty dpkg status, so everything a fresh node lacks is there), NVIDIA's container
+toolkit from its own repository, and what the downloaded .debs (enroot) depend on; wheels by ``pip download`` for the
+nodes' Python (:mod:`megaprov.cluster.wheelhouse`); git remotes are mirrored whole; images by the build machine's
+podman (``--image``, a registry reference, pulled unless podman holds it already).
 
 :func:`verify` is what ``megaprov bundle verify`` and ``megaprov bootstrap --bundle`` run before anything is applied:
 every file against the manifest (sha256, size, none missing, none extra, no link, no path out of DIR), and, with an
@@ -74,6 +78,10 @@ FETCH_READ_SECONDS = 60.0  # one read of it (urllib's timeout)
 MAX_KEYRING_TAR_BYTES = 256 << 20  # its data.tar, expanded
 MAX_TAR_MEMBERS = 10_000  # entries of its data.tar
 MAX_KEYRING_BYTES = 1 << 20  # the keyring file in it (a few KiB)
+MAX_KEY_BYTES = 1 << 20  # NVIDIA's container toolkit signing key (ASCII-armoured, a few KiB)
+MAX_DOWNLOAD_BYTES = 1 << 30  # one file the roles download by URL (enroot's .debs ~100 KiB, pyxis's archive ~60 KiB)
+MAX_IMAGES = 16  # images in one bundle (--image)
+IMAGE_SECONDS = 4 * 3600.0  # one image's pull and save on the build machine (an NGC PyTorch image is ~20 GB)
 GIT_NAMES = ("Megatron-LM", "nccl-tests", "apex")  # as the roles name their checkouts
 
 Progress = Callable[[str], None]
@@ -197,6 +205,10 @@ class DistributionId(_Model):
     codename: str = Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")
 
 
+class ImageEntry(_Model):
+    file: str = Field(min_length=1, max_length=MAX_PATH)  # images/NAME.tar, also in files
+
+
 class Manifest(_Model):
     format: Literal[1]
     created: datetime
@@ -206,6 +218,8 @@ class Manifest(_Model):
     python: str = Field(pattern=r"^3\.[0-9]{1,2}$")
     files: dict[str, FileEntry] = Field(max_length=MAX_FILES)
     versions: Versions
+    # REGISTRY/NAME:TAG (megaprov.cluster.image.names' repository) -> its archive; absent from bundles before images
+    images: dict[str, ImageEntry] = Field(default_factory=dict, max_length=MAX_IMAGES)
 
 
 # What a file name in a bundle may be: a relative path under apt/, wheels/ or git/NAME.git/, each part a plain name.
@@ -218,10 +232,13 @@ _REQUIREMENT = re.compile(
 _GIT_REF = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}$")
 _URL_SCHEMES = ("http", "https", "file")
 _GIT_SCHEMES = ("http", "https", "file", "ssh", "git")
+SOURCE_SUFFIXES = (".deb", ".tar.gz")  # what the roles download by URL
+_SHA256 = re.compile(r"^([0-9a-f]{64})?$")
 
 
 def file_name(name: str, where: str = "manifest.json: files") -> str:
-    """A file name of the manifest: relative, under apt/, wheels/ or git/<NAME>.git/, no '..', no odd characters."""
+    """A file name of the manifest: relative, under apt/, wheels/, git/<NAME>.git/, sources/ or images/, no '..', no odd
+    characters."""
     shown = values.shown(name)
     if not isinstance(name, str) or not name or len(name) > MAX_PATH:
         raise BundleError(f"{where}: {shown} is not a file name of at most {MAX_PATH} characters", REBUILD)
@@ -238,8 +255,14 @@ def file_name(name: str, where: str = "manifest.json: files") -> str:
         return name
     if top == "git" and len(parts) >= 3 and parts[1] in {f"{n}.git" for n in GIT_NAMES}:
         return name
+    if top == "sources" and flat and parts[1].endswith(SOURCE_SUFFIXES):
+        return name
+    if top == "images" and flat and parts[1].endswith(".tar"):
+        return name
     raise BundleError(
-        f"{where}: {shown} is not a bundle file (apt/*.deb, apt/Packages.gz, wheels/*.whl, git/<{'|'.join(GIT_NAMES)}>.git/...)", REBUILD
+        f"{where}: {shown} is not a bundle file (apt/*.deb, apt/Packages.gz, wheels/*.whl, git/<{'|'.join(GIT_NAMES)}>.git/..., "
+        "sources/*.deb or *.tar.gz, images/*.tar)",
+        REBUILD,
     )
 
 
@@ -265,7 +288,22 @@ def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
     for key, git in manifest.versions.git.items():
         if key not in GIT_NAMES or not _GIT_REF.fullmatch(git.ref):
             raise BundleError(f"{where}: versions.git: {values.shown(key)} at {values.shown(git.ref)} is not a repository of the roles", REBUILD)
+    for ref, entry in manifest.images.items():
+        if image_repository(ref) != ref:
+            raise BundleError(f"{where}: images: {values.shown(ref)} is not an image's REGISTRY/NAME:TAG", REBUILD)
+        if not entry.file.startswith("images/") or entry.file not in manifest.files:
+            raise BundleError(f"{where}: images: {ref}: {values.shown(entry.file)} is not one of the manifest's images/ files", REBUILD)
     return manifest
+
+
+def image_repository(reference: str) -> str | None:
+    """REGISTRY/NAME:TAG of an image reference (as the head's registry keeps it), or None where it is not one. Pure."""
+    from megaprov.cluster import image
+
+    try:
+        return image.names(values.image_reference(reference, "image")).repository
+    except UsageError:
+        return None
 
 
 # ---- what the inventory asks for
@@ -275,7 +313,7 @@ def parse_manifest(text: str, where: str = MANIFEST) -> Manifest:
 class AptGroup:
     field: str  # the variable that asks for these packages
     names: tuple[str, ...]
-    source: str = "debian"  # debian (the distribution's archive) or nvidia (NVIDIA's CUDA repository)
+    source: str = "debian"  # debian (the distribution's archive), nvidia (NVIDIA's CUDA repository), toolkit (its container toolkit's)
     version: str = ""  # '' for any, an exact version, or a pin pattern (580.*)
 
 
@@ -295,6 +333,16 @@ class GitRepo:
 
 
 @dataclass(frozen=True)
+class Download:
+    """A file a role downloads by URL (enroot_base_url, pyxis_source_url): kept as sources/NAME."""
+
+    name: str
+    url: str
+    field: str
+    sha256: str = ""  # the inventory's checksum where it pins one
+
+
+@dataclass(frozen=True)
 class Contents:
     """What the inventory's bootstrap fetches, the union over its hosts."""
 
@@ -307,6 +355,9 @@ class Contents:
     nvidia_keyring: str = ""
     nvidia_pin_packages: tuple[str, ...] = ()
     nvidia_pin: str = ""
+    toolkit_repo_url: str = ""  # NVIDIA's container toolkit repository (a flat one) and its ASCII-armoured key
+    toolkit_key_url: str = ""
+    downloads: tuple[Download, ...] = ()
     pytorch_source: str = "index"
     pytorch_index_url: str = ""
     torch_build: str = ""  # cpu or cuda: the nodes' torch build ('' without a python stage)
@@ -337,6 +388,7 @@ def parse_contents(answers: Iterable[dict[str, Any]], where: str = "inventory") 
     apt: dict[tuple[str, str, str], list[str]] = {}
     wheels: dict[tuple[str, str], list[str]] = {}
     git: dict[str, GitRepo] = {}
+    downloads: dict[str, Download] = {}
     single: dict[str, tuple[str, Any]] = {}
 
     def once(name: str, value: Any, host: str) -> None:
@@ -356,7 +408,7 @@ def parse_contents(answers: Iterable[dict[str, Any]], where: str = "inventory") 
         for group in answer.get("apt") or []:
             fld = _text(group.get("field"), "field", values.VARIABLE)
             source = group.get("source") or "debian"
-            if source not in ("debian", "nvidia"):
+            if source not in ("debian", "nvidia", "toolkit"):
                 raise UsageError(f"{where}: {fld}: source {values.shown(source)} is unknown", "fix bundle_contents.yml")
             version = _text(group.get("version") or "", f"{fld} (host {host})", _APT_VERSION, empty=True)
             names = apt.setdefault((fld, source, version), [])
@@ -381,6 +433,24 @@ def parse_contents(answers: Iterable[dict[str, Any]], where: str = "inventory") 
             )
             once(f"{name} remote and ref", (found.url, found.ref), host)
             git[name] = found
+        for group in answer.get("downloads") or []:
+            fld = _text(group.get("field"), "field", values.VARIABLE)
+            checksums = group.get("checksums") or {}
+            if not isinstance(checksums, dict):
+                raise UsageError(f"{where}: {fld}: its checksums (host {host}) are not a mapping of file name to sha256", f"fix {fld}'s checksums")
+            for got_name in group.get("names") or []:
+                got_name = _text(got_name, f"{fld} (host {host})", _PART)
+                if not got_name.endswith(SOURCE_SUFFIXES):
+                    raise UsageError(f"{where}: {fld}: {values.shown(got_name)} is not a .deb or .tar.gz", "fix bundle_contents.yml")
+                url = group["url"] if group.get("url") else _url(group.get("base_url"), f"{fld} base URL (host {host})") + got_name
+                download = Download(
+                    got_name,
+                    _url(url, f"{fld} source (host {host})"),
+                    fld,
+                    _text(checksums.get(got_name) or "", f"{fld} checksum of {got_name} (host {host})", _SHA256, empty=True),
+                )
+                once(f"{got_name} source", (download.url, download.sha256), host)
+                downloads[got_name] = download
         sources = answer.get("sources") or {}
         once("nvidia_driver_debian_mirror", _url(sources.get("debian_mirror"), "nvidia_driver_debian_mirror"), host)
         for key, var in (("nvidia_repo_url", "nvidia_driver_repo_url"), ("nvidia_keyring_url", "nvidia_driver_keyring_url")):
@@ -395,6 +465,10 @@ def parse_contents(answers: Iterable[dict[str, Any]], where: str = "inventory") 
                 host,
             )
             once("nvidia_driver keyring", values.absolute_path(sources.get("nvidia_keyring"), "nvidia keyring"), host)
+        for key, var in (("toolkit_repo_url", "container_toolkit_repo_url"), ("toolkit_key_url", "container_toolkit_key_url")):
+            value = _url(sources.get(key) or "", var, empty=True)
+            if value:
+                once(var, value, host)
         if answer.get("wheels"):
             once("pytorch_source", _text(sources.get("pytorch_source"), "pytorch_source", re.compile(r"^(index|wheelhouse)$")), host)
             once("pytorch_index_url", _url(sources.get("pytorch_index_url"), "pytorch_index_url", empty=True), host)
@@ -422,6 +496,9 @@ def parse_contents(answers: Iterable[dict[str, Any]], where: str = "inventory") 
         nvidia_keyring=got("nvidia_driver keyring") or "",
         nvidia_pin_packages=tuple(pin),
         nvidia_pin=got("nvidia_driver_branch") or "",
+        toolkit_repo_url=got("container_toolkit_repo_url") or "",
+        toolkit_key_url=got("container_toolkit_key_url") or "",
+        downloads=tuple(downloads[n] for n in sorted(downloads)),
         pytorch_source=got("pytorch_source") or "index",
         pytorch_index_url=got("pytorch_index_url") or "",
         torch_build=got("pytorch_build") or "",
@@ -776,6 +853,12 @@ def check_versions(manifest: Manifest, contents: Contents, provided: Iterable[st
             problems.append(f"{repo.field}: the bundle has no {repo.name} repository")
         elif got.ref != repo.ref:
             problems.append(f"{repo.field}={repo.ref}: the bundle has {repo.name} at {got.ref}")
+    for download in contents.downloads:
+        held = manifest.files.get(f"sources/{download.name}")
+        if held is None:
+            problems.append(f"{download.field}: the bundle has no sources/{download.name}")
+        elif download.sha256 and held.sha256 != download.sha256:
+            problems.append(f"{download.field}: the inventory's sha256 of {download.name} is not the bundle's")
     return problems
 
 
@@ -802,6 +885,9 @@ def verify(directory: Path, inventory: Path | None = None, contents: Contents | 
     for key in manifest.versions.git:
         if f"git/{key}.git/HEAD" not in manifest.files:
             problems.append(f"versions.git: {key} has no repository git/{key}.git")
+    named = {entry.file for entry in manifest.images.values()}
+    unnamed = [name for name in sorted(manifest.files) if name.startswith("images/") and name not in named]
+    problems += [f"{name}: an image archive the manifest's images do not name" for name in unnamed]
     if not problems and (inventory is not None or contents is not None):
         if contents is None:
             assert inventory is not None
@@ -825,10 +911,12 @@ class Built:
     directory: str
     files: int
     bytes: int
-    seconds: dict[str, float]  # per part: resolve, apt, wheels, git, manifest
+    seconds: dict[str, float]  # per part: resolve, sources, apt, wheels, git, images, manifest
     apt: int
     wheels: int
     git: list[str]
+    sources: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
 
 
 def _run(argv: list[str], what: str, hint: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 3600) -> str:
@@ -845,7 +933,9 @@ def _run(argv: list[str], what: str, hint: str, env: dict[str, str] | None = Non
     return proc.stdout
 
 
-def apt_sources(dist: Distribution, arch: str, mirror: str, security: str, nvidia_url: str, nvidia_keyring: str) -> str:
+def apt_sources(
+    dist: Distribution, arch: str, mirror: str, security: str, nvidia_url: str, nvidia_keyring: str, toolkit_url: str = "", toolkit_key: str = ""
+) -> str:
     """The private root's sources.list. Pure."""
     parts = " ".join(dist.components)
     lines = [f"deb [arch={arch} signed-by={dist.keyring}] {mirror} {suite} {parts}" for suite in (dist.codename, f"{dist.codename}-updates")]
@@ -853,6 +943,8 @@ def apt_sources(dist: Distribution, arch: str, mirror: str, security: str, nvidi
         lines.append(f"deb [arch={arch} signed-by={dist.keyring}] {security} {dist.codename}-security {parts}")
     if nvidia_url:
         lines.append(f"deb [arch={arch} signed-by={nvidia_keyring}] {nvidia_url} /")
+    if toolkit_url:  # a flat repository, as the container_toolkit role's deb822 source (Suites: /)
+        lines.append(f"deb [arch={arch} signed-by={toolkit_key}] {toolkit_url} /")
     # apt uses a file: repository's packages in place; copy: puts them into the download directory like http does.
     return "\n".join(re.sub(r" file:", " copy:", line) for line in lines) + "\n"
 
@@ -1077,8 +1169,38 @@ def _keyring_entry(
     return data
 
 
-def build_apt(contents: Contents, dist: Distribution, arch: str, out: Path, work: Path, security: str, progress: Progress = _quiet) -> None:
-    """The apt closure of ``contents`` for a fresh node into ``out`` (*.deb + Packages.gz)."""
+def _toolkit_key(contents: Contents, dest: Path, progress: Progress) -> str:
+    """NVIDIA's container toolkit signing key into the private root ('' where the toolkit is not bundled)."""
+    if not contents.toolkit_repo_url and not any(g.source == "toolkit" for g in contents.apt):
+        return ""
+    if not contents.toolkit_repo_url or not contents.toolkit_key_url:
+        raise UsageError(
+            "container_toolkit_repo_url or container_toolkit_key_url is empty but NVIDIA's container toolkit is bundled",
+            "set both to the repository (or its mirror) and its signing key",
+        )
+    progress(f"apt: the container toolkit's signing key {contents.toolkit_key_url}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _fetch(contents.toolkit_key_url, dest, MAX_KEY_BYTES)
+    if not dest.read_bytes().lstrip().startswith(b"-----BEGIN PGP PUBLIC KEY BLOCK-----"):
+        raise UsageError(
+            f"container_toolkit_key_url={values.shown(contents.toolkit_key_url)} is not an ASCII-armoured OpenPGP key",
+            "point it at the repository's gpgkey",
+        )
+    return str(dest)
+
+
+def build_apt(
+    contents: Contents,
+    dist: Distribution,
+    arch: str,
+    out: Path,
+    work: Path,
+    security: str,
+    progress: Progress = _quiet,
+    local_debs: Iterable[Path] = (),
+) -> None:
+    """The apt closure of ``contents`` for a fresh node into ``out`` (*.deb + Packages.gz), with what ``local_debs``
+    (the .debs the roles download by URL) depend on; those themselves are not copied."""
     if not Path(dist.keyring).is_file():
         raise EnvironmentProblem(
             f"{dist.keyring} is missing: apt cannot check {dist.id}'s archive",
@@ -1110,18 +1232,22 @@ def build_apt(contents: Contents, dist: Distribution, arch: str, out: Path, work
         _fetch(contents.nvidia_keyring_url, out / name, MAX_KEYRING_DEB_BYTES)
         keyring = str(root / "etc/apt/cuda-archive-keyring.gpg")
         _keyring_from_deb(out / name, contents.nvidia_keyring, Path(keyring))
+    toolkit_key = _toolkit_key(contents, root / "etc/apt/keyrings/nvidia-container-toolkit.asc", progress)
     mirror = contents.debian_mirror if dist.id == "debian" and contents.debian_mirror else dist.mirror
-    (root / "etc/apt/sources.list").write_text(apt_sources(dist, arch, mirror, security, contents.nvidia_repo_url, keyring))
+    (root / "etc/apt/sources.list").write_text(
+        apt_sources(dist, arch, mirror, security, contents.nvidia_repo_url, keyring, contents.toolkit_repo_url if toolkit_key else "", toolkit_key)
+    )
     if contents.nvidia_pin_packages:  # the nvidia_driver role's preference: the branch's driver, whatever is newer
         (root / "etc/apt/preferences.d/megaprov-nvidia-driver").write_text(
             f"Package: {' '.join(contents.nvidia_pin_packages)}\nPin: version {contents.nvidia_pin}\nPin-Priority: 1001\n"
         )
     (root / "etc/apt/apt.conf").write_text(apt_config(root, out, arch))
     env = {**os.environ, "APT_CONFIG": str(root / "etc/apt/apt.conf"), "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
-    hint = "check the network and the apt sources (nvidia_driver_debian_mirror, nvidia_driver_repo_url)"
-    progress(f"apt: package lists of {mirror} ({dist.codename})" + (f" and {contents.nvidia_repo_url}" if contents.nvidia_repo_url else ""))
+    hint = "check the network and the apt sources (nvidia_driver_debian_mirror, nvidia_driver_repo_url, container_toolkit_repo_url)"
+    others = [url for url in (contents.nvidia_repo_url, contents.toolkit_repo_url if toolkit_key else "") if url]
+    progress(f"apt: package lists of {mirror} ({dist.codename})" + "".join(f" and {url}" for url in others))
     _run(["apt-get", "-q", "update"], "apt-get update", hint, env)
-    request = apt_request(contents)
+    request = apt_request(contents) + [str(deb) for deb in local_debs]  # apt resolves a .deb file's Depends too
     progress(f"apt: resolving and downloading {len(request)} package(s) and their dependencies")
     try:
         _run(["apt-get", "-q", "-y", "install", "--download-only", "--no-install-recommends", *request], "apt-get install --download-only", hint, env)
@@ -1129,7 +1255,8 @@ def build_apt(contents: Contents, dist: Distribution, arch: str, out: Path, work
         missing = re.search(r"(?:Unable to locate package|Package '?)([a-z0-9][a-z0-9+.-]*)", exc.message)
         group = next((g for g in contents.apt if missing and missing.group(1) in g.names), None)
         if group is not None and missing is not None:
-            where = "NVIDIA's repository" if group.source == "nvidia" else f"{dist.id} {dist.codename}"
+            repositories = {"nvidia": "NVIDIA's repository", "toolkit": "NVIDIA's container toolkit repository"}
+            where = repositories.get(group.source, f"{dist.id} {dist.codename}")
             raise UsageError(
                 f"{group.field}: {where} has no package {missing.group(1)} ({exc.message})", f"fix {group.field} in the inventory"
             ) from None
@@ -1186,6 +1313,76 @@ def build_git(contents: Contents, out: Path, progress: Progress = _quiet) -> dic
     return versions
 
 
+def build_sources(contents: Contents, out: Path, progress: Progress = _quiet) -> list[Path]:
+    """The files the roles download by URL (enroot's .debs, pyxis's archive) into ``out``, each checked against the
+    inventory's sha256 where it pins one; the .debs among them, whose Depends the apt part adds."""
+    debs: list[Path] = []
+    for download in contents.downloads:
+        out.mkdir(parents=True, exist_ok=True)
+        dest = out / download.name
+        progress(f"sources: {download.name} from {download.url}")
+        _fetch(download.url, dest, MAX_DOWNLOAD_BYTES)
+        if download.sha256 and _sha256(out, download.name) != download.sha256:
+            raise UsageError(
+                f"{download.field}: {download.url} does not have the sha256 the inventory pins for {download.name}",
+                f"fix {download.field} or its checksum in the inventory",
+            )
+        if download.name.endswith(".deb"):
+            debs.append(dest)
+    return debs
+
+
+def image_file(repository: str) -> str:
+    """The archive of REGISTRY/NAME:TAG in a bundle: images/ and the squashfs file's stem (readable, then a hash). Pure."""
+    from megaprov.cluster import image
+
+    return "images/" + image.squashfs_name(repository).removesuffix(".sqsh") + ".tar"
+
+
+def build_images(references: Iterable[str], out: Path, progress: Progress = _quiet) -> dict[str, ImageEntry]:
+    """Each image as a `podman save` archive (docker-archive, what `megaprov image pull --archive` loads), by the build
+    machine's podman: the image it holds under that name, else pulled."""
+    from megaprov.cluster import image
+
+    found: dict[str, ImageEntry] = {}
+    for reference in references:
+        names = image.names(reference)
+        rel = image_file(names.repository)
+        out.mkdir(parents=True, exist_ok=True)
+        hint = "check the reference and the network (podman pull), or `podman load` the image on this machine first"
+        try:
+            held = subprocess.run(["podman", "image", "exists", names.pull], capture_output=True, timeout=120, check=False).returncode == 0
+        except FileNotFoundError:
+            raise EnvironmentProblem("--image: podman is not installed here", "apt-get install podman (it pulls and saves images)") from None
+        if not held:
+            progress(f"images: pulling {names.pull}")
+            _run(["podman", "pull", "--quiet", names.pull], f"--image {reference}: podman pull", hint, timeout=IMAGE_SECONDS)
+        progress(f"images: saving {names.pull} as {rel}")
+        _run(
+            ["podman", "save", "--quiet", "--format", "docker-archive", "--output", str(out.parent / rel), names.pull],
+            f"--image {reference}: podman save",
+            hint,
+            timeout=IMAGE_SECONDS,
+        )
+        found[names.repository] = ImageEntry(file=rel)
+    return found
+
+
+def images_wanted(references: Iterable[str]) -> list[str]:
+    """--image values, each a registry reference (not a squashfs), at most :data:`MAX_IMAGES`, each image once. Pure."""
+    from megaprov.cluster import image
+
+    wanted: dict[str, str] = {}
+    for reference in references:
+        ref = values.image_reference(reference, "--image")
+        if ref.startswith("/"):
+            raise UsageError(f"--image {ref} is a squashfs file", "give the registry reference it was imported from: the bundle carries the image")
+        wanted.setdefault(image.names(ref).repository, ref)
+    if len(wanted) > MAX_IMAGES:
+        raise UsageError(f"--image is given {len(wanted)} images, more than {MAX_IMAGES}", "build one bundle per set of images")
+    return list(wanted.values())
+
+
 def _wheel_versions(directory: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     for wheel in sorted(directory.glob("*.whl")):
@@ -1194,7 +1391,9 @@ def _wheel_versions(directory: Path) -> dict[str, str]:
     return out
 
 
-def make_manifest(directory: Path, dist: Distribution, arch: str, git: dict[str, GitVersion]) -> Manifest:
+def make_manifest(
+    directory: Path, dist: Distribution, arch: str, git: dict[str, GitVersion], images: dict[str, ImageEntry] | None = None
+) -> Manifest:
     """Hash every file under ``directory`` and record the versions; the manifest is not written. Pure but for reading."""
     from megaprov import __version__
 
@@ -1214,6 +1413,7 @@ def make_manifest(directory: Path, dist: Distribution, arch: str, git: dict[str,
         python=dist.python,
         files=files,
         versions=Versions(apt=apt, wheels=_wheel_versions(directory / "wheels"), git=git),
+        images=images or {},
     )
 
 
@@ -1229,11 +1429,18 @@ def _output_dir(output: Path) -> None:
 
 
 def collect(
-    contents: Contents, output: Path, dist: Distribution, arch: str = "amd64", security: str | None = None, progress: Progress = _quiet
+    contents: Contents,
+    output: Path,
+    dist: Distribution,
+    arch: str = "amd64",
+    security: str | None = None,
+    progress: Progress = _quiet,
+    images: Iterable[str] = (),
 ) -> Built:
     """Collect ``contents`` into ``output`` (a new directory) with its manifest, and verify it. A failed build leaves
     nothing: the bundle is made in a temporary sibling and renamed into place."""
     _output_dir(output)
+    wanted = images_wanted(images)
     security = dist.security if security is None else security
     if security:
         _url(security, "--security-mirror", ("http", "https", "file"))
@@ -1243,7 +1450,10 @@ def collect(
         work = Path(tempfile.mkdtemp(prefix="megaprov-bundle-"))
         try:
             mark = time.monotonic()
-            build_apt(contents, dist, arch, tmp / "apt", work, security, progress)
+            debs = build_sources(contents, tmp / "sources", progress)
+            seconds["sources"] = round(time.monotonic() - mark, 1)
+            mark = time.monotonic()
+            build_apt(contents, dist, arch, tmp / "apt", work, security, progress, debs)
             seconds["apt"] = round(time.monotonic() - mark, 1)
             mark = time.monotonic()
             build_wheels(contents, dist, arch, tmp / "wheels", progress)
@@ -1251,11 +1461,14 @@ def collect(
             mark = time.monotonic()
             git = build_git(contents, tmp / "git", progress)
             seconds["git"] = round(time.monotonic() - mark, 1)
+            mark = time.monotonic()
+            carried = build_images(wanted, tmp / "images", progress)
+            seconds["images"] = round(time.monotonic() - mark, 1)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         mark = time.monotonic()
         progress("manifest: sha256 of every file")
-        manifest = make_manifest(tmp, dist, arch, git)
+        manifest = make_manifest(tmp, dist, arch, git, carried)
         (tmp / MANIFEST).write_text(manifest_json(manifest))
         verify(tmp, contents=contents)  # what was built is what was asked for
         seconds["manifest"] = round(time.monotonic() - mark, 1)
@@ -1274,18 +1487,53 @@ def collect(
         apt=sum(1 for n in manifest.files if n.endswith(".deb")),
         wheels=sum(1 for n in manifest.files if n.endswith(".whl")),
         git=sorted(git),
+        sources=[d.name for d in contents.downloads],
+        images=sorted(carried),
     )
 
 
-def build(inventory: Path, output: Path, dist: Distribution, arch: str = "amd64", security: str | None = None, progress: Progress = _quiet) -> Built:
-    """Resolve what the inventory fetches and collect it into ``output``."""
+def build(
+    inventory: Path,
+    output: Path,
+    dist: Distribution,
+    arch: str = "amd64",
+    security: str | None = None,
+    progress: Progress = _quiet,
+    images: Iterable[str] = (),
+) -> Built:
+    """Resolve what the inventory fetches and collect it into ``output``, with the container ``images`` asked for."""
     _output_dir(output)  # before the minute of resolving
+    images = images_wanted(images)
     began = time.monotonic()
     contents = resolve(inventory, dist, arch, progress)
     resolved = round(time.monotonic() - began, 1)
-    built = collect(contents, output, dist, arch, security, progress)
+    built = collect(contents, output, dist, arch, security, progress, images)
     built.seconds = {"resolve": resolved, **built.seconds}
     return built
+
+
+def image_archive(directory: Path, reference: str) -> Path:
+    """``megaprov image pull IMAGE --bundle DIR``: the bundle's archive of the image, checked against the manifest
+    (a plain file inside the bundle, its size and sha256) before it is loaded on the head."""
+    from megaprov.cluster import image
+
+    repository = image.names(reference).repository
+    manifest = read_manifest(directory)
+    entry = manifest.images.get(repository)
+    if entry is None:
+        carried = ", ".join(sorted(manifest.images)) or "none"
+        raise BundleError(
+            f"bundle {directory} carries no image {repository} (it carries: {carried})",
+            f"build a bundle with it: megaprov bundle build -i INVENTORY --dir DIR --image {reference}",
+        )
+    fd = _open_file(directory, entry.file)
+    if fd is None:
+        raise BundleError(f"bundle {directory}: {entry.file}: missing or not a plain file", REBUILD)
+    size = os.fstat(fd).st_size
+    os.close(fd)
+    if size != manifest.files[entry.file].size or _sha256(directory, entry.file) != manifest.files[entry.file].sha256:
+        raise BundleError(f"bundle {directory}: {entry.file} differs from the manifest's size or sha256", f"the bundle was changed: {REBUILD}")
+    return Path(os.path.abspath(directory)) / entry.file
 
 
 # ---- bootstrap with a bundle

@@ -913,9 +913,23 @@ OFFLINE_SOURCES: tuple[tuple[str, str, Any], ...] = (
     ("megatron_repo", "megatron_checkout", True),
     ("apex_repo", "apex_enabled", True),
     ("grafana_apt_repo", "megaprov_observe", True),  # Grafana's own repository ("" provisions the dashboards only)
+    ("container_toolkit_repo_url", "megaprov_containers", True),
+    ("container_toolkit_key_url", "megaprov_containers", True),
+    ("enroot_base_url", "megaprov_containers", True),  # enroot and pyxis: under Slurm only (SLURM_ONLY)
+    ("pyxis_source_url", "megaprov_containers", True),
 )
-# What an offline bundle on the head's package cache provides (megaprov bundle build: git/, wheels/).
-BUNDLED_SOURCES = ("nccl_tests_repo", "megatron_repo", "apex_repo", "pytorch_index_url")
+SLURM_ONLY = ("enroot_base_url", "pyxis_source_url")
+# What an offline bundle on the head's package cache provides (megaprov bundle build: git/, wheels/, apt/, sources/).
+BUNDLED_SOURCES = (
+    "nccl_tests_repo",
+    "megatron_repo",
+    "apex_repo",
+    "pytorch_index_url",
+    "container_toolkit_repo_url",
+    "container_toolkit_key_url",
+    "enroot_base_url",
+    "pyxis_source_url",
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -997,6 +1011,7 @@ def gpu_stack_checks(inventory: Inventory, roles_dir: Path) -> None:
                 if (as_bool(var(host, switch)) if isinstance(used, bool) else var(host, switch) == used)
                 and inventory.host_var(host, name) is None
                 and name not in bundled
+                and (name not in SLURM_ONLY or inventory.host_var(host, "megaprov_scheduler", "none") == "slurm")
             ]
             if (
                 var(host, "pytorch_source") != "wheelhouse"

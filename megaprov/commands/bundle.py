@@ -22,9 +22,10 @@ def register(sub: Any) -> None:
         bundle_sub,
         "build",
         "bundle build",
-        "collect what the inventory's bootstrap fetches (apt, wheels, git) into a new directory",
+        "collect what the inventory's bootstrap fetches (apt, wheels, git, sources) and container images into a new directory",
         [
             "megaprov bundle build -i inventory.ini --dir bundle/",
+            "megaprov bundle build -i inventory.ini --dir bundle/ --image nvcr.io/nvidia/pytorch:25.01-py3",
             "megaprov bundle build -i inventory.ini --dir bundle/ --distribution ubuntu-24.04 --arch arm64 -o json",
         ],
     )
@@ -33,6 +34,14 @@ def register(sub: Any) -> None:
     build.add_argument("--distribution", default="debian-12", help="the nodes' distribution: debian-12 (default), ubuntu-22.04, ubuntu-24.04")
     build.add_argument("--arch", default="amd64", help="the nodes' architecture: amd64 (default) or arm64")
     build.add_argument("--security-mirror", help="the distribution's security archive ('' for none; default: the distribution's own)")
+    build.add_argument(
+        "--image",
+        dest="images",
+        action="append",
+        default=[],
+        metavar="IMAGE",
+        help="a container image to carry (REGISTRY/NAME:TAG; this machine's podman saves it, pulling it unless it holds it); repeatable",
+    )
     build.set_defaults(handler=_build)
     verify = command(
         bundle_sub,
@@ -55,13 +64,16 @@ def _build(args: argparse.Namespace) -> Outcome:
     inventory = need_inventory(args)
     say = reporter(args)
     dist = bundle.distribution(args.distribution)
-    built = bundle.build(Path(inventory), Path(args.directory), dist, args.arch, args.security_mirror, lambda message: say.say(f"bundle: {message}"))
+    built = bundle.build(
+        Path(inventory), Path(args.directory), dist, args.arch, args.security_mirror, lambda message: say.say(f"bundle: {message}"), args.images
+    )
 
     def show() -> None:
         timing = ", ".join(f"{part} {seconds:.0f}s" for part, seconds in built.seconds.items())
         console().print(
             f"bundle {built.directory}: {built.files:,} files, {built.bytes / 1e6:,.1f} MB ({built.apt} packages, {built.wheels} wheels, "
-            f"git: {', '.join(built.git) or 'none'}); {timing}",
+            f"git: {', '.join(built.git) or 'none'}, sources: {', '.join(built.sources) or 'none'}, images: {', '.join(built.images) or 'none'}); "
+            f"{timing}",
             markup=False,
         )
 

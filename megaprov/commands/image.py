@@ -27,11 +27,14 @@ def register(sub: Any) -> None:
             "megaprov image pull nvcr.io/nvidia/pytorch:25.01-py3 -i inventory.ini",
             "megaprov image pull ubuntu:22.04 -i inventory.ini -o json",
             "megaprov image pull nvcr.io/nvidia/pytorch:25.01-py3 -i inventory.ini --archive pytorch.tar   # air-gapped",
+            "megaprov image pull nvcr.io/nvidia/pytorch:25.01-py3 -i inventory.ini --bundle bundle/   # from an offline bundle",
         ],
     )
     pull.add_argument("image", metavar="IMAGE", help="a registry reference, REGISTRY/NAME:TAG (docker.io when no registry is named)")
     inventory_flag(pull)
-    pull.add_argument("--archive", metavar="FILE", help="a `podman save`/`docker save` archive here, loaded on the head instead of pulling")
+    source = pull.add_mutually_exclusive_group()
+    source.add_argument("--archive", metavar="FILE", help="a `podman save`/`docker save` archive here, loaded on the head instead of pulling")
+    source.add_argument("--bundle", metavar="DIR", help="an offline bundle here that carries the image (bundle build --image), loaded on the head")
     pull.set_defaults(handler=_pull)
 
 
@@ -50,6 +53,10 @@ def _pull(args: argparse.Namespace) -> Outcome:
     image.names(ref)  # refused here, before the inventory is read
     archive = image.archive_path(args.archive) if args.archive is not None else None
     path = need_inventory(args)
+    if args.bundle is not None:
+        from megaprov.cluster import bundle
+
+        archive = bundle.image_archive(Path(args.bundle), ref)
     inv.load(path, paths.roles_dir(), paths.cluster_defaults())
     pulled = image.pull(Path(path), ref, archive, reporter(args))
     # what a job's probe recorded for this name was another image's: the next job probes it again

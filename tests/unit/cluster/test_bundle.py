@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def refusal(directory: Path, **kwargs) -> str:
 def test_a_built_manifest_has_the_layout_the_cache_role_reads(tmp_path):
     fake_bundle(tmp_path / "b")
     data = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert set(data) == {"format", "created", "megaprov", "distribution", "arch", "python", "files", "versions"}
+    assert set(data) == {"format", "created", "megaprov", "distribution", "arch", "python", "files", "versions", "images"}
     assert data["format"] == 1 and data["arch"] == "amd64" and data["python"] == "3.11"
     assert data["distribution"] == {"id": "debian", "version": "12", "codename": "bookworm"}
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", data["created"])
@@ -425,13 +426,165 @@ def test_the_lab_inventory_fetches_the_cpu_stack_and_slurm(tmp_path):
     assert "torch==2.13.0" in found.requirements()
 
 
+def test_a_containers_inventory_fetches_the_toolkit_enroot_and_pyxis(tmp_path):
+    """bundle_contents.yml with megaprov_containers and Slurm: NVIDIA's toolkit packages at the pinned version from its
+    repository (GPU nodes), podman, enroot's release .debs and pyxis's archive by the URLs the roles download them from,
+    with the inventory's checksums."""
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text("[head]\nhead01 ansible_host=10.0.0.1\n[gpu_nodes]\ngpu01 ansible_host=10.0.0.2\n")
+    (tmp_path / "group_vars").mkdir()
+    sha = "a" * 64
+    (tmp_path / "group_vars" / "all.yml").write_text(
+        "megaprov_containers: true\nmegaprov_scheduler: slurm\nenroot_base_url: https://mirror.example/enroot/\n"
+        f"enroot_checksums: {{enroot_4.1.2-1_amd64.deb: '{sha}'}}\n"
+    )
+    found = bundle.resolve(inventory, DEBIAN, "amd64")
+    toolkit = next(g for g in found.apt if g.source == "toolkit")
+    assert (toolkit.field, toolkit.version) == ("container_toolkit_version", "1.18.1-1")
+    assert set(toolkit.names) == {"nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1"}
+    assert found.toolkit_repo_url == "https://nvidia.github.io/libnvidia-container/stable/deb/amd64/"
+    assert found.toolkit_key_url == "https://nvidia.github.io/libnvidia-container/gpgkey"
+    assert "nvidia-container-toolkit=1.18.1-1" in bundle.apt_request(found)
+    apt = apt_names(found)
+    assert "podman" in apt["container_toolkit_podman_packages"] and "libslurm-dev" in apt["megaprov_containers"]
+    assert [(d.name, d.url, d.field, d.sha256) for d in found.downloads] == [
+        ("enroot+caps_4.1.2-1_amd64.deb", "https://mirror.example/enroot/enroot+caps_4.1.2-1_amd64.deb", "enroot_version", ""),
+        ("enroot_4.1.2-1_amd64.deb", "https://mirror.example/enroot/enroot_4.1.2-1_amd64.deb", "enroot_version", sha),
+        ("pyxis-0.24.0.tar.gz", "https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.24.0.tar.gz", "pyxis_version", ""),
+    ]
+    # without Slurm: the toolkit and podman, no enroot or pyxis; without the stage: none of it
+    (tmp_path / "group_vars" / "all.yml").write_text("megaprov_containers: true\n")
+    systemd_only = bundle.resolve(inventory, DEBIAN, "amd64")
+    assert not systemd_only.downloads and "megaprov_containers" not in apt_names(systemd_only) and systemd_only.toolkit_repo_url
+    (tmp_path / "group_vars" / "all.yml").write_text("megaprov_scheduler: slurm\n")
+    off = bundle.resolve(inventory, DEBIAN, "amd64")
+    assert not off.downloads and not off.toolkit_repo_url and not any(g.source == "toolkit" for g in off.apt)
+
+
+def test_downloads_are_typed_and_hosts_must_agree():
+    enroot = {"field": "enroot_version", "names": ["enroot_4.1.2-1_amd64.deb"], "base_url": "https://m/e/", "checksums": {}}
+    found = bundle.parse_contents([answer(downloads=[enroot])])
+    assert found.downloads == (bundle.Download("enroot_4.1.2-1_amd64.deb", "https://m/e/enroot_4.1.2-1_amd64.deb", "enroot_version"),)
+    other = {**enroot, "base_url": "https://other/e/"}
+    with pytest.raises(UsageError, match="hosts gpu1 and gpu2 differ in enroot_4.1.2-1_amd64.deb source"):
+        bundle.parse_contents([answer(downloads=[enroot]), answer(host="gpu2", downloads=[other])])
+    for bad, needle in (
+        ({**enroot, "names": ["../etc/passwd.deb"]}, "enroot_version (host gpu1)='../etc/passwd.deb' is not a value a bundle can carry"),
+        ({**enroot, "names": ["enroot.sh"]}, "is not a .deb or .tar.gz"),
+        ({**enroot, "base_url": "ftp://m/e/"}, "is not a http, https, file URL"),
+        ({**enroot, "checksums": {"enroot_4.1.2-1_amd64.deb": "abc"}}, "enroot_version checksum of enroot_4.1.2-1_amd64.deb"),
+        ({**enroot, "checksums": ["x"]}, "are not a mapping of file name to sha256"),
+    ):
+        with pytest.raises(UsageError) as exc:
+            bundle.parse_contents([answer(downloads=[bad])])
+        assert needle in exc.value.one_line()
+
+
+def test_the_toolkit_repository_is_a_flat_source_of_its_own_key(tmp_path):
+    sources = bundle.apt_sources(DEBIAN, "amd64", "http://m/debian", "", "", "", "file:///fx/stable/deb/amd64/", "/k/toolkit.asc")
+    assert sources.splitlines()[-1] == "deb [arch=amd64 signed-by=/k/toolkit.asc] copy:///fx/stable/deb/amd64/ /"
+    wanted = contents(apt=(bundle.AptGroup("container_toolkit_version", ("nvidia-container-toolkit",), "toolkit", "1.18.1-1"),))
+    with pytest.raises(UsageError, match="container_toolkit_repo_url or container_toolkit_key_url is empty"):
+        bundle._toolkit_key(wanted, tmp_path / "k.asc", lambda _: None)
+    (tmp_path / "gpgkey").write_text("<html>not found</html>")
+    keyed = contents(**{**wanted.__dict__, "toolkit_repo_url": "file:///fx/", "toolkit_key_url": f"file://{tmp_path}/gpgkey"})
+    with pytest.raises(UsageError, match="is not an ASCII-armoured OpenPGP key: point it at the repository's gpgkey"):
+        bundle._toolkit_key(keyed, tmp_path / "k.asc", lambda _: None)
+    (tmp_path / "gpgkey").write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nabc\n-----END PGP PUBLIC KEY BLOCK-----\n")
+    assert bundle._toolkit_key(keyed, tmp_path / "k.asc", lambda _: None) == str(tmp_path / "k.asc")
+    assert bundle._toolkit_key(contents(), tmp_path / "none.asc", lambda _: None) == "" and not (tmp_path / "none.asc").exists()
+
+
+def test_a_download_with_another_checksum_is_refused_naming_the_field(tmp_path):
+    (tmp_path / "enroot_4.1.2-1_amd64.deb").write_bytes(b"deb")
+    url = f"file://{tmp_path}/enroot_4.1.2-1_amd64.deb"
+    right = hashlib.sha256(b"deb").hexdigest()
+    good = contents(downloads=(bundle.Download("enroot_4.1.2-1_amd64.deb", url, "enroot_version", right),))
+    assert bundle.build_sources(good, tmp_path / "out") == [tmp_path / "out" / "enroot_4.1.2-1_amd64.deb"]
+    bad = contents(downloads=(bundle.Download("enroot_4.1.2-1_amd64.deb", url, "enroot_version", "b" * 64),))
+    with pytest.raises(UsageError, match=r"enroot_version: file://.* does not have the sha256 the inventory pins for enroot_4.1.2-1_amd64.deb"):
+        bundle.build_sources(bad, tmp_path / "out2")
+
+
+def with_sources_and_image(directory: Path) -> Path:
+    fake_bundle(directory)
+    (directory / "sources").mkdir()
+    (directory / "sources" / "enroot_4.1.2-1_amd64.deb").write_bytes(b"enroot deb")
+    (directory / "sources" / "pyxis-0.24.0.tar.gz").write_bytes(b"pyxis")
+    (directory / "images").mkdir()
+    rel = bundle.image_file("nvcr.io/nvidia/pytorch:25.01-py3")
+    (directory / rel).write_bytes(b"image archive")
+    git = bundle.read_manifest(directory).versions.git
+    manifest = bundle.make_manifest(directory, DEBIAN, "amd64", dict(git), {"nvcr.io/nvidia/pytorch:25.01-py3": bundle.ImageEntry(file=rel)})
+    (directory / bundle.MANIFEST).write_text(bundle.manifest_json(manifest))
+    return directory
+
+
+def test_sources_and_images_are_bundle_files_and_checked(tmp_path):
+    b = with_sources_and_image(tmp_path / "b")
+    rel = bundle.image_file("nvcr.io/nvidia/pytorch:25.01-py3")
+    assert rel.startswith("images/nvcr.io_nvidia_pytorch_25.01-py3-") and rel.endswith(".tar")
+    assert bundle.verify(b).files == 10  # the fake bundle's 7, two sources, one image
+    wanted = contents(
+        apt=(), wheels=(), downloads=(bundle.Download("enroot_4.1.2-1_amd64.deb", "https://m/enroot_4.1.2-1_amd64.deb", "enroot_version"),)
+    )
+    assert bundle.check_versions(bundle.read_manifest(b), wanted) == []
+    newer = contents(apt=(), wheels=(), downloads=(bundle.Download("enroot_4.1.3-1_amd64.deb", "https://m/enroot_4.1.3-1_amd64.deb", "enroot_version"),))
+    assert bundle.check_versions(bundle.read_manifest(b), newer) == ["enroot_version: the bundle has no sources/enroot_4.1.3-1_amd64.deb"]
+    pinned = contents(apt=(), wheels=(), downloads=(bundle.Download("pyxis-0.24.0.tar.gz", "https://m/p.tar.gz", "pyxis_version", "c" * 64),))
+    assert bundle.check_versions(bundle.read_manifest(b), pinned) == ["pyxis_version: the inventory's sha256 of pyxis-0.24.0.tar.gz is not the bundle's"]
+    # the image's archive: found by any spelling of the reference, checked against the manifest
+    assert bundle.image_archive(b, "nvcr.io/nvidia/pytorch:25.01-py3") == b.resolve() / rel
+    with pytest.raises(bundle.BundleError, match=r"carries no image docker.io/library/ubuntu:22.04 \(it carries: nvcr.io/nvidia/pytorch:25.01-py3\)"):
+        bundle.image_archive(b, "ubuntu:22.04")
+    (b / rel).write_bytes(b"image archivX")
+    with pytest.raises(bundle.BundleError, match="differs from the manifest's size or sha256"):
+        bundle.image_archive(b, "nvcr.io/nvidia/pytorch:25.01-py3")
+    assert "sha256 differs" in refusal(b)
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (lambda d: d["images"].update({"not a ref": d["images"]["nvcr.io/nvidia/pytorch:25.01-py3"]}), "images: 'not a ref' is not an image's"),
+        (lambda d: d["images"].update({"ubuntu:22.04": d["images"]["nvcr.io/nvidia/pytorch:25.01-py3"]}), "images: 'ubuntu:22.04' is not an image's"),
+        (lambda d: d["images"]["nvcr.io/nvidia/pytorch:25.01-py3"].update(file="apt/Packages.gz"), "is not one of the manifest's images/ files"),
+        (lambda d: d["images"]["nvcr.io/nvidia/pytorch:25.01-py3"].update(file="images/other.tar"), "is not one of the manifest's images/ files"),
+        (lambda d: d["images"].clear(), "an image archive the manifest's images do not name"),
+        (lambda d: d["files"].update({"sources/x.sh": d["files"]["sources/pyxis-0.24.0.tar.gz"]}), "is not a bundle file"),
+        (lambda d: d["files"].update({"images/a/b.tar": d["files"]["sources/pyxis-0.24.0.tar.gz"]}), "is not a bundle file"),
+    ],
+)
+def test_a_manifest_with_a_wrong_image_or_source_entry_is_refused(tmp_path, change, needle):
+    b = with_sources_and_image(tmp_path / "b")
+    edit_manifest(b, change)
+    assert needle in refusal(b)
+
+
+def test_image_flags_are_checked_before_anything_is_built(tmp_path):
+    assert bundle.images_wanted(["nvcr.io/nvidia/pytorch:25.01-py3", "docker.io/library/ubuntu:22.04", "ubuntu:22.04"]) == [
+        "nvcr.io/nvidia/pytorch:25.01-py3",
+        "docker.io/library/ubuntu:22.04",
+    ]
+    for bad, needle in (
+        (["/shared/images/x.sqsh"], "--image /shared/images/x.sqsh is a squashfs file"),
+        (["nvcr.io/nvidia/pytorch:25.01 py3"], "--image"),
+        ([f"r.io/i{n}:1" for n in range(bundle.MAX_IMAGES + 1)], f"more than {bundle.MAX_IMAGES}"),
+    ):
+        with pytest.raises(UsageError) as exc:
+            bundle.images_wanted(bad)
+        assert needle in exc.value.one_line()
+    with pytest.raises(UsageError, match="is a squashfs file"):
+        bundle.collect(contents(), tmp_path / "new", DEBIAN, images=["/shared/images/x.sqsh"])
+    assert not (tmp_path / "new").exists()
+
+
 # Install lists the playbook does not name, each with the reason.
 EXPLAINED = {
     "{{ apex_dir }}": "apex is built from its checkout, the bundle's git/apex.git: nothing is downloaded",
     "{{ infiniband_ofed_prerequisites }}": "DOCA-OFED (infiniband_ofed_repo) is refused by bundle build",
     "{{ __megatron_requirements }}": "listed by its parts: megatron_core_version, megatron_packages, megatron_build_requirements",
     "megatron_transformer_engine_spec": "megatron_transformer_engine is refused by bundle build",
-    "__container_toolkit_pinned": "NVIDIA's container toolkit repository: bundle build refuses megaprov_containers for now",
     "grafana_package": "Grafana comes from grafana_apt_repo, which a bundle does not carry: a mirror, or '' (dashboards only)",
 }
 
@@ -498,3 +651,54 @@ def test_a_small_bundle_is_built_and_verified(tmp_path):
     (out / "apt" / names[0]).write_bytes(b"tampered")
     with pytest.raises(bundle.BundleError):
         bundle.verify(out)
+
+
+@pytest.mark.slow
+def test_a_containers_bundle_carries_the_toolkit_enroot_pyxis_and_an_image(tmp_path):
+    """A real build of the containers stage's parts: NVIDIA's container toolkit from its (fixture) repository at the
+    pinned version, enroot's release .debs and pyxis's archive as sources/ with what enroot depends on in apt/ (from
+    Debian's archive), and an image saved by this machine's podman, which `image pull --bundle` then finds."""
+    from tests.fixtures import build as fixtures
+    from tests.fixtures import containers
+
+    if shutil.which("apt-get") is None or shutil.which("dpkg-scanpackages") is None or shutil.which("podman") is None:
+        pytest.skip("needs apt-get, dpkg-scanpackages (dpkg-dev) and podman")
+    fx = fixtures.build() / "containers"
+    ref = "registry.megaprov.test/bundle/tiny:1"
+    layer = tmp_path / "layer.tar"
+    (tmp_path / "hello").write_text("from the bundle\n")
+    subprocess.run(["tar", "-cf", layer, "-C", tmp_path, "hello"], check=True)
+    subprocess.run(["podman", "import", "--quiet", layer, ref], check=True, capture_output=True)
+    toolkit = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1")
+    enroot = [f"{name}_{containers.ENROOT_VERSION}-1_amd64.deb" for name in ("enroot", "enroot+caps")]
+    wanted = bundle.Contents(
+        apt=(bundle.AptGroup("megaprov_containers", ("pigz",)), bundle.AptGroup("container_toolkit_version", toolkit, "toolkit", "1.18.1-1")),
+        debian_mirror="http://deb.debian.org/debian",
+        toolkit_repo_url=f"file://{fx}/nvidia-container/stable/deb/amd64/",
+        toolkit_key_url=f"file://{fx}/nvidia-container/gpgkey",
+        downloads=(
+            *(bundle.Download(name, f"file://{fx}/enroot/{name}", "enroot_version") for name in enroot),
+            bundle.Download(f"pyxis-{containers.PYXIS_VERSION}.tar.gz", f"file://{fx}/pyxis/v{containers.PYXIS_VERSION}.tar.gz", "pyxis_version"),
+        ),
+    )
+    try:
+        built = bundle.collect(wanted, tmp_path / "bundle", DEBIAN, "amd64", images=[ref])
+    except EnvironmentProblem as exc:
+        pytest.skip(f"no network to Debian's archive: {exc}")
+    finally:
+        subprocess.run(["podman", "rmi", "--force", ref], capture_output=True, check=False)
+    out = tmp_path / "bundle"
+    apt = {p.name.split("_")[0]: p.name.split("_")[1] for p in (out / "apt").glob("*.deb")}
+    assert {name: apt.get(name) for name in toolkit} == dict.fromkeys(toolkit, "1.18.1-1")  # the pinned one of the two versions
+    assert {"jq", "parallel", "squashfs-tools", "zstd", "curl", "libcap2-bin", "pigz"} <= set(apt)  # enroot's Depends, the caps package's
+    assert "enroot" not in apt and "enroot+caps" not in apt  # kept as the role downloads them: sources/
+    for name in enroot:
+        assert (out / "sources" / name).read_bytes() == (fx / "enroot" / name).read_bytes()
+    assert built.sources == [d.name for d in wanted.downloads] and built.images == [ref]
+    archive = bundle.image_archive(out, ref)
+    with tarfile.open(archive) as tar:  # a docker-archive: what podman load (image pull --archive) reads
+        assert json.loads(tar.extractfile("manifest.json").read())[0]["RepoTags"] == [ref]
+    assert bundle.verify(out, contents=wanted).files == built.files
+    data = (out / "sources" / enroot[0]).read_bytes()
+    (out / "sources" / enroot[0]).write_bytes(data[:-8] + b"tampered")  # same size, other bytes
+    assert f"sources/{enroot[0]}: sha256 differs from the manifest's" in refusal(out)
