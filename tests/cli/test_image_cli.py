@@ -174,3 +174,59 @@ def test_a_failed_task_is_exit_3_with_the_task(capsys, tmp_path, monkeypatch):
     code, _, err = run(capsys, "image", "pull", "ubuntu:22.04", "-i", tmp_path / "inventory.ini")
     assert code == ExitCode.RUN_FAILED
     assert "image pull ubuntu:22.04: n1:" in one_error_line(err) and "manifest unknown" in err
+
+
+def bundle_with_image(directory: Path, reference: str) -> Path:
+    from megaprov.cluster import bundle
+    from tests.helpers.bundle import DEBIAN, fake_bundle
+
+    fake_bundle(directory)
+    rel = bundle.image_file(bundle.image_repository(reference) or "")
+    (directory / "images").mkdir()
+    (directory / rel).write_bytes(b"a podman save archive")
+    git = dict(bundle.read_manifest(directory).versions.git)
+    manifest = bundle.make_manifest(directory, DEBIAN, "amd64", git, {bundle.image_repository(reference) or "": bundle.ImageEntry(file=rel)})
+    (directory / bundle.MANIFEST).write_text(bundle.manifest_json(manifest))
+    return directory / rel
+
+
+def test_an_image_from_a_bundle_is_loaded_from_its_checked_archive(capsys, tmp_path, monkeypatch):
+    (tmp_path / "inventory.ini").write_text(GOOD)
+    archive = bundle_with_image(tmp_path / "b", "nvcr.io/nvidia/pytorch:25.01-py3")
+    mirror = "192.0.2.10:5000/nvcr.io/nvidia/pytorch:25.01-py3"
+    seen = _answer(monkeypatch, {"megaprov_image": {"mirror": mirror, "squashfs": "", "bytes": 5, "digest": DIGEST}})
+    code, _, err = run(capsys, "image", "pull", "nvcr.io/nvidia/pytorch:25.01-py3", "-i", tmp_path / "inventory.ini", "--bundle", tmp_path / "b")
+    assert code == ExitCode.OK, err
+    assert seen["extravars"]["image_registry_pull_archive"] == str(archive.resolve())
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (None, "carries no image docker.io/library/ubuntu:22.04 (it carries: nvcr.io/nvidia/pytorch:25.01-py3): build a bundle with it"),
+        ("tamper", "differs from the manifest's size or sha256"),
+        ("remove", "missing or not a plain file"),
+        ("link", "plain files only"),
+    ],
+)
+def test_a_bundle_without_the_image_or_with_a_changed_one_exits_2(capsys, tmp_path, no_play, change, needle):
+    (tmp_path / "inventory.ini").write_text(GOOD)
+    archive = bundle_with_image(tmp_path / "b", "nvcr.io/nvidia/pytorch:25.01-py3")
+    image = "ubuntu:22.04" if change is None else "nvcr.io/nvidia/pytorch:25.01-py3"
+    if change == "tamper":
+        archive.write_bytes(b"a podman save archivX")
+    elif change in ("remove", "link"):
+        archive.unlink()
+        if change == "link":
+            (tmp_path / "elsewhere.tar").write_bytes(b"a podman save archive")
+            archive.symlink_to(tmp_path / "elsewhere.tar")
+    code, _, err = run(capsys, "image", "pull", image, "-i", tmp_path / "inventory.ini", "--bundle", tmp_path / "b")
+    assert code == ExitCode.USAGE, err
+    assert needle in one_error_line(err)
+
+
+def test_archive_and_bundle_are_one_or_the_other(capsys, tmp_path, no_play):
+    (tmp_path / "inventory.ini").write_text(GOOD)
+    code, _, err = run(capsys, "image", "pull", "ubuntu:22.04", "-i", tmp_path / "inventory.ini", "--bundle", tmp_path, "--archive", tmp_path / "x")
+    assert code == ExitCode.USAGE
+    assert "argument --archive: not allowed with argument --bundle" in one_error_line(err)

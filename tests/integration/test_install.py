@@ -202,6 +202,14 @@ def test_every_module_and_command_family_works_from_the_installed_wheel(installe
     assert labs.returncode == 0 and json.loads(labs.stdout)["command"] == "lab status", labs.stderr[-2000:]
     bundle = run([megaprov, "bundle", "verify", tmp_path / "no-bundle", "-o", "json"], tmp_path, env)
     assert bundle.returncode == 2 and json.loads(bundle.stdout)["error"]["kind"] == "usage" and "Traceback" not in bundle.stderr
+    # the container image commands: an image the bundle does not carry, a squashfs where a registry reference is due
+    from tests.helpers.bundle import fake_bundle
+
+    carried = fake_bundle(tmp_path / "a-bundle")
+    pulled = run([megaprov, "image", "pull", "nvcr.io/nvidia/pytorch:25.01-py3", "-i", bootstrapped["inventory"], "--bundle", carried], tmp_path, env)
+    assert pulled.returncode == 2 and "carries no image nvcr.io/nvidia/pytorch:25.01-py3 (it carries: none)" in pulled.stderr, pulled.stderr
+    imaged = run([megaprov, "bundle", "build", "-i", bootstrapped["inventory"], "--dir", tmp_path / "b2", "--image", "/shared/x.sqsh"], tmp_path, env)
+    assert imaged.returncode == 2 and "--image /shared/x.sqsh is a squashfs file" in imaged.stderr and "Traceback" not in imaged.stderr
     completion = run([megaprov, "completion", "bash"], tmp_path, env)
     assert completion.returncode == 0 and "_ARGCOMPLETE" in completion.stdout, completion.stderr[-2000:]
     corpus = tmp_path / "corpus.jsonl"

@@ -1,13 +1,14 @@
 """Jobs in a container image on the lab (launch.container), under systemd: the containers stage on the README run's lab
 (the registry on the head, podman on the nodes), the lab's training image fetched once into the head's registry
-(megaprov image pull --archive, as an air-gapped site carries it), probed in the image, and the lab job trained in it
-by rootless podman to a PASSED verdict, also through a rank killed in its container; and under Slurm through pyxis,
+(megaprov image pull --bundle: carried in an offline bundle, as an air-gapped site carries it), probed in the image,
+and the lab job trained in it by rootless podman to a PASSED verdict, also through a rank killed in its container; and under Slurm through pyxis,
 from the squashfs that the pull imported with enroot on the head into the shared directory. enroot's .debs and
 pyxis's source come from the harness's fixtures (built from NVIDIA's sources, tests/fixtures/containers.py), copied
 into the nodes and named by the roles' source variables, as an air-gapped site names its mirror."""
 
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -15,12 +16,13 @@ import pytest
 import yaml
 from conftest import ROOT, megaprov, podman_exec, train_and_kill_a_rank
 
-from megaprov.cluster import lab
+from megaprov.cluster import bundle, lab
 from megaprov.training import imagefacts, render
 from megaprov.training.launchers import systemd
 from tests.fixtures import build as fixtures
 from tests.fixtures import containers
 from tests.helpers import train_image
+from tests.helpers.bundle import DEBIAN
 
 pytestmark = pytest.mark.lab
 
@@ -51,19 +53,30 @@ def boxed(bootstrapped, tmp_path_factory):
         code, doc, err = megaprov("bootstrap", "-i", str(inventory), "--tags", "containers", "--output", "json")
         assert code == 0, err[-3000:]
         stage_s = time.monotonic() - began
-        local, archive = train_image.build()
+        local, _ = train_image.build()
         image = f"{UPSTREAM}/megaprov/train:{local.rsplit(':', 1)[1]}"
+        # carried as an air-gapped site carries it: in an offline bundle (this machine's podman saves it under its
+        # upstream name), loaded on the head from the bundle's archive once the manifest vouches for it
+        lab.podman("tag", local, image)
+        carried = tmp_path_factory.mktemp("bundle") / "bundle"
         began = time.monotonic()
-        code, doc, err = megaprov("image", "pull", image, "--archive", str(archive), "-i", str(inventory), "--output", "json")
+        built = bundle.collect(bundle.Contents(debian_mirror="http://deb.debian.org/debian"), carried, DEBIAN, images=[image])
+        build_s = time.monotonic() - began
+        assert built.images == [image]
+        began = time.monotonic()
+        code, doc, err = megaprov("image", "pull", image, "--bundle", str(carried), "-i", str(inventory), "--output", "json")
         assert code == 0, err[-3000:]
         pull_s = time.monotonic() - began
+        archive = bundle.image_archive(carried, image)
         corpus = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
         code, _, err = megaprov("data", "corpus", "--output-file", str(corpus), "--documents", "1500")
         assert code == 0, err
         code, _, err = megaprov("data", "prepare", "--input", str(corpus), "--output-prefix", "data/lab", "-i", str(inventory), "--output", "json")
         assert code == 0, err
         shared = yaml.safe_load(group_vars.read_text())["megaprov_controller_shared_dir"]
-        print(f"containers stage {stage_s:.0f} s; image pull {pull_s:.0f} s ({archive.stat().st_size} bytes of archive)")
+        size = archive.stat().st_size
+        print(f"containers stage {stage_s:.0f} s; bundle with the image {build_s:.0f} s; image pull {pull_s:.0f} s ({size} bytes of archive)")
+        shutil.rmtree(carried)
         yield {**bootstrapped, "image": image, "pulled": doc["result"], "shared": Path(shared), "inventory": str(inventory)}
     finally:
         group_vars.write_text(before)

@@ -525,14 +525,16 @@ def test_sources_and_images_are_bundle_files_and_checked(tmp_path):
     rel = bundle.image_file("nvcr.io/nvidia/pytorch:25.01-py3")
     assert rel.startswith("images/nvcr.io_nvidia_pytorch_25.01-py3-") and rel.endswith(".tar")
     assert bundle.verify(b).files == 10  # the fake bundle's 7, two sources, one image
-    wanted = contents(
-        apt=(), wheels=(), downloads=(bundle.Download("enroot_4.1.2-1_amd64.deb", "https://m/enroot_4.1.2-1_amd64.deb", "enroot_version"),)
-    )
-    assert bundle.check_versions(bundle.read_manifest(b), wanted) == []
-    newer = contents(apt=(), wheels=(), downloads=(bundle.Download("enroot_4.1.3-1_amd64.deb", "https://m/enroot_4.1.3-1_amd64.deb", "enroot_version"),))
-    assert bundle.check_versions(bundle.read_manifest(b), newer) == ["enroot_version: the bundle has no sources/enroot_4.1.3-1_amd64.deb"]
-    pinned = contents(apt=(), wheels=(), downloads=(bundle.Download("pyxis-0.24.0.tar.gz", "https://m/p.tar.gz", "pyxis_version", "c" * 64),))
-    assert bundle.check_versions(bundle.read_manifest(b), pinned) == ["pyxis_version: the inventory's sha256 of pyxis-0.24.0.tar.gz is not the bundle's"]
+    manifest = bundle.read_manifest(b)
+
+    def problems(name: str, field: str, sha256: str = "") -> list[str]:
+        return bundle.check_versions(manifest, contents(apt=(), wheels=(), downloads=(bundle.Download(name, f"https://m/{name}", field, sha256),)))
+
+    assert problems("enroot_4.1.2-1_amd64.deb", "enroot_version") == []
+    assert problems("enroot_4.1.3-1_amd64.deb", "enroot_version") == ["enroot_version: the bundle has no sources/enroot_4.1.3-1_amd64.deb"]
+    assert problems("pyxis-0.24.0.tar.gz", "pyxis_version", "c" * 64) == [
+        "pyxis_version: the inventory's sha256 of pyxis-0.24.0.tar.gz is not the bundle's"
+    ]
     # the image's archive: found by any spelling of the reference, checked against the manifest
     assert bundle.image_archive(b, "nvcr.io/nvidia/pytorch:25.01-py3") == b.resolve() / rel
     with pytest.raises(bundle.BundleError, match=r"carries no image docker.io/library/ubuntu:22.04 \(it carries: nvcr.io/nvidia/pytorch:25.01-py3\)"):

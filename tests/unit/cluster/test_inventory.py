@@ -458,3 +458,20 @@ def test_an_offline_cluster_with_a_bundle_on_the_head_needs_only_nvidias_reposit
     # without the cache, the same inventory names every source
     with pytest.raises(InventoryError, match="megatron_repo"):
         load(write(tmp_path, GOOD, {"gpu_nodes.yml": bundled.replace("megaprov_package_cache: true", "megaprov_package_cache: false") + mirrors}))
+
+
+def test_an_offline_cluster_with_containers_names_their_sources_unless_a_bundle_carries_them(tmp_path):
+    """The containers stage downloads NVIDIA's toolkit (its repository and key) and, under Slurm, enroot's .debs and
+    pyxis's archive: offline, each needs a mirror, or the bundle on the head, which carries them."""
+    mirrors = (
+        "megaprov_offline: true\nnvidia_driver_method: preinstalled\nnccl_tests: false\nmegatron_checkout: false\n"
+        "pytorch_source: wheelhouse\npytorch_wheelhouse: /shared/wheels\nmegaprov_containers: true\n"
+    )
+    with pytest.raises(InventoryError) as err:
+        load(write(tmp_path, GOOD, {"gpu_nodes.yml": mirrors}))
+    assert "container_toolkit_repo_url, container_toolkit_key_url (host" in str(err.value) and "enroot_base_url" not in str(err.value)
+    with pytest.raises(InventoryError) as err:
+        load(write(tmp_path, GOOD, {"gpu_nodes.yml": mirrors + "megaprov_scheduler: slurm\n"}))
+    assert "container_toolkit_key_url, enroot_base_url, pyxis_source_url (host" in str(err.value)
+    bundled = mirrors + "megaprov_scheduler: slurm\nmegaprov_package_cache: true\npackage_cache_bundle: /srv/megaprov/bundle\n"
+    load(write(tmp_path, GOOD, {"gpu_nodes.yml": bundled}))
