@@ -1,4 +1,4 @@
-"""Mutation score of the pure core, per module, killed by the fast test tiers (unit and CLI).
+"""Mutation score of every module of the package and of the collection's plugins, killed by the fast test tiers.
 
 mutmut (3.x) is the tool: it was the one of mutmut, cosmic-ray and pytest-gremlins that PyPI serves here, and its
 design suits this suite. It compiles every mutant of a module into one copy behind a per-function trampoline, so
@@ -16,6 +16,11 @@ same. Score = killed / (mutants - explained equivalents); timeouts count as kill
 
 --survivors prints the diff of every unexplained survivor; --check exits 1 when a module is under the target
 (85 %) or an entry of the equivalents file no longer matches any mutant (stale explanations are errors).
+
+Only behaviour counts: the tests marked ``sync`` (a golden file, a committed dashboard compared with what the code
+generates now) are left out, since regenerating the file lets a mutant through them. A full run of every module takes
+hours on 2 cores: --record FILE merges each run's figures into one table (benchmarks/mutation_scores.json, with the
+commit and date of the run), and --list prints every module with its recorded score, or that it is unmeasured.
 """
 
 from __future__ import annotations
@@ -36,24 +41,33 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 0.85
 EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents"
+SCORES = ROOT / "benchmarks" / "mutation_scores.json"
 
-# The pure core and the roles' Python modules (what the issue names); short name -> path in the checkout.
-MODULES = {
-    "planner": "megaprov/training/planner.py",
-    "throughput": "megaprov/training/throughput.py",
-    "verdict": "megaprov/training/verdict.py",
-    "follow": "megaprov/training/follow.py",
-    "render": "megaprov/training/render.py",
-    "inventory": "megaprov/cluster/inventory.py",
-    "jobspec": "megaprov/training/jobspec.py",
-    "data": "megaprov/training/data.py",
-    "nccl_check": "ansible_collections/megaprov/cluster/plugins/modules/nccl_check.py",
-    "gpu_state": "ansible_collections/megaprov/cluster/plugins/modules/gpu_state.py",
-    "rdma_facts": "ansible_collections/megaprov/cluster/plugins/modules/rdma_facts.py",
-    "shared_check": "ansible_collections/megaprov/cluster/plugins/modules/shared_check.py",
-    "ssh_check": "ansible_collections/megaprov/cluster/plugins/modules/ssh_check.py",
-    "pci": "ansible_collections/megaprov/cluster/plugins/module_utils/pci.py",
-}
+PLUGINS = "ansible_collections/megaprov/cluster/plugins"
+
+
+def discover(root: Path = ROOT) -> dict[str, str]:
+    """Every module of the package and of the collection's plugins that defines a function; short name -> path in
+    the checkout. The short name is the file's stem (a package's ``__init__``: the package's name), prefixed by its
+    directory where two would share it (``training.data`` and ``commands.data``). Pure but for reading the tree."""
+    files = sorted(root.glob("megaprov/**/*.py")) + sorted((root / PLUGINS).glob("**/*.py"))
+    found = [f for f in files if "__pycache__" not in f.parts and "def " in f.read_text(encoding="utf-8")]
+
+    def stem(path: Path) -> str:
+        return path.parent.name if path.stem == "__init__" else path.stem
+
+    counts: dict[str, int] = {}
+    for f in found:
+        counts[stem(f)] = counts.get(stem(f), 0) + 1
+    names: dict[str, str] = {}
+    for f in found:
+        parent = f.parent.parent if f.stem == "__init__" else f.parent
+        name = stem(f) if counts[stem(f)] == 1 else f"{parent.name}.{stem(f)}"
+        names[name] = f.relative_to(root).as_posix()
+    return dict(sorted(names.items()))
+
+
+MODULES = discover()
 FAST_TIERS = ["tests/unit", "tests/cli", "tests/tools", "ansible_collections/megaprov/cluster/tests/unit"]
 # Directories the tests read beside the code (they resolve paths from the repository root).
 ALSO_COPY = ["schemas", "examples", "inventories", "molecule", "scripts", "benchmarks", "README.md"]
@@ -94,7 +108,7 @@ def configure(dest: Path, paths: list[str], tests: list[str]) -> None:
         f"source_paths = {json.dumps(sources)}\n"
         f"only_mutate = {json.dumps(paths)}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "-m", "not slow"]\n'
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "-m", "not slow and not sync"]\n'
         f"also_copy = {json.dumps(also)}\n"
         "use_git_change_detection = false\n"
     )
@@ -160,6 +174,40 @@ def collect(dest: Path, paths: dict[str, str], equivalents: list[dict[str, str]]
     return out
 
 
+def record(path: Path, results: list[tuple[Score, list[str]]], chosen: dict[str, str], tests: list[str]) -> None:
+    """Merge this run's per-module figures into the JSON table at ``path`` (one entry per module, the newest run's)."""
+    table = json.loads(path.read_text()) if path.is_file() else {}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    for score, _ in results:
+        table[score.module] = {
+            "file": chosen[score.module],
+            "mutants": score.total,
+            "killed": score.killed,
+            "equivalent": score.equivalent,
+            "survivors": len(score.survivors),
+            "score": round(score.score, 4),
+            "commit": commit,
+            "date": time.strftime("%Y-%m-%d"),
+            "tests": " ".join(tests),
+        }
+    path.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
+
+
+def list_modules(path: Path) -> int:
+    table = json.loads(path.read_text()) if path.is_file() else {}
+    measured = 0
+    for name, rel in MODULES.items():
+        got = table.get(name)
+        if got and got.get("file") == rel:
+            measured += 1
+            flag = "" if got["score"] >= TARGET else "  < target"
+            print(f"{name:<22}{got['score']:>7.1%}  {got['killed']}/{got['mutants'] - got['equivalent']} ({got['commit']}, {got['date']}){flag}")
+        else:
+            print(f"{name:<22}{'-':>7}  unmeasured")
+    print(f"{measured} of {len(MODULES)} modules measured")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--module", action="append", choices=sorted(MODULES), help="a module to mutate (repeat; default: all)")
@@ -168,7 +216,11 @@ def main() -> int:
     ap.add_argument("--check", action="store_true", help=f"exit 1 when a module scores under {TARGET:.0%} or an equivalent entry is stale")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once")
     ap.add_argument("--keep", type=Path, help="run in this directory and keep it (default: a temporary one)")
+    ap.add_argument("--record", type=Path, nargs="?", const=SCORES, help=f"merge the figures into this JSON table (default {SCORES.name})")
+    ap.add_argument("--list", action="store_true", help="print every module with its recorded score and exit")
     args = ap.parse_args()
+    if args.list:
+        return list_modules(args.record or SCORES)
 
     mutmut = Path(sys.executable).parent / "mutmut"
     if not mutmut.exists():
@@ -212,6 +264,8 @@ def main() -> int:
     killed = sum(s.killed for s, _ in results)
     eq = sum(s.equivalent for s, _ in results)
     print(f"{'all':<14}{total:>8}{killed:>8}{eq:>7}{total - killed - eq:>8}{killed / max(total - eq, 1):>8.1%}")
+    if args.record:
+        record(args.record, results, chosen, args.tests)
     chosen_files = set(chosen.values())
     stale = [e for i, e in enumerate(equivalents) if e["file"] in chosen_files and i not in used]
     for e in stale:

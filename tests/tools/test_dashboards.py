@@ -210,6 +210,7 @@ def test_the_committed_dashboards_are_the_three_with_fixed_uids():
         assert "id" not in data and "version" not in data  # Grafana assigns both to a provisioned dashboard
 
 
+@pytest.mark.sync
 def test_the_committed_files_are_the_generators_output():
     """A change to tools/dashboards.py without `python tools/gen-dashboards.py` fails here."""
     wanted = gen.rendered()
@@ -539,6 +540,7 @@ def _script(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(ROOT / "tools" / "gen-dashboards.py"), *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.sync
 def test_gen_dashboards_check_passes_on_the_committed_files():
     proc = _script("--check")
     assert proc.returncode == 0, proc.stderr
