@@ -1,0 +1,42 @@
+"""The mutation benchmark's harness: which modules it covers, and the table of recorded scores."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_mutation", ROOT / "benchmarks" / "bench_mutation.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_mutation"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_module_with_a_function_is_covered_once_under_a_unique_name():
+    b = bench()
+    files = [p for p in [*ROOT.glob("megaprov/**/*.py"), *(ROOT / b.PLUGINS).glob("**/*.py")] if "__pycache__" not in p.parts]
+    with_code = {p.relative_to(ROOT).as_posix() for p in files if "def " in p.read_text()}
+    assert sorted(b.MODULES.values()) == sorted(with_code)
+    assert b.MODULES["planner"] == "megaprov/training/planner.py" and b.MODULES["pci"].endswith("plugins/module_utils/pci.py")
+    # a stem two files share is told apart by the directory
+    assert b.MODULES["training.data"] == "megaprov/training/data.py" and b.MODULES["commands.data"] == "megaprov/commands/data.py"
+    assert b.MODULES["doctor"] == "megaprov/ops/doctor/__init__.py"
+
+
+def test_a_run_is_recorded_per_module_and_listed(tmp_path, capsys):
+    b = bench()
+    table = tmp_path / "scores.json"
+    good, low = b.Score("planner", total=100, killed=90, equivalent=2), b.Score("values", total=10, killed=5)
+    b.record(table, [(good, []), (low, [])], {"planner": b.MODULES["planner"], "values": b.MODULES["values"]}, ["tests/unit"])
+    data = json.loads(table.read_text())
+    assert data["planner"]["score"] == round(90 / 98, 4) and data["values"]["survivors"] == 0 and data["values"]["score"] == 0.5
+    again = b.Score("values", total=10, killed=9)
+    b.record(table, [(again, [])], {"values": b.MODULES["values"]}, ["tests/unit"])
+    assert json.loads(table.read_text())["values"]["score"] == 0.9 and "planner" in json.loads(table.read_text())
+    assert b.list_modules(table) == 0
+    out = capsys.readouterr().out
+    assert "planner                 91.8%  90/98" in out and f"2 of {len(b.MODULES)} modules measured" in out and "render" in out
