@@ -70,7 +70,7 @@ def discover(root: Path = ROOT) -> dict[str, str]:
 MODULES = discover()
 FAST_TIERS = ["tests/unit", "tests/cli", "tests/tools", "ansible_collections/megaprov/cluster/tests/unit"]
 # Directories the tests read beside the code (they resolve paths from the repository root).
-ALSO_COPY = ["schemas", "examples", "inventories", "molecule", "scripts", "benchmarks", "README.md"]
+ALSO_COPY = ["schemas", "examples", "inventories", "molecule", "scripts", "benchmarks", "tools", "docs", "README.md"]
 KILLED = {"killed", "timeout"}
 
 

@@ -268,9 +268,12 @@ def json_data(text: str, what: str) -> Any:
     depth = deepest = 0
     in_string = escaped = False
     for char in text:  # bracket depth outside strings, before json.loads recurses into it
-        if in_string:
-            escaped = not escaped and char == "\\"
-            if char == '"' and not escaped:
+        if in_string:  # a backslash escapes the next character, a quote among them (\" does not end the string)
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
                 in_string = False
             continue
         if char == '"':
