@@ -221,3 +221,26 @@ def test_enroot_reads_the_registry_before_a_hash(ref, uri):
 
 def test_a_mistyped_word_finds_its_closest_choice_or_none():
     assert values.close("trian", ["train", "plan"]) == "train" and values.close("zzz", ["train", "plan"]) is None
+
+
+def test_the_default_field_names_are_said():
+    control = "contains the control character \\n: remove it: values are rendered into scripts and units"
+    assert refusal(values.systemd_exec_arg, "a\nb") == f"argument='a\\nb' {control}"
+    assert refusal(values.shell_quote, "a\nb") == f"value='a\\nb' {control}"
+    assert refusal(values.systemd_value, "a\nb") == f"value='a\\nb' {control}"
+    assert refusal(values.job_name, "A") == f"job name='A' is not a job name: {values.JOB_NAME_HINT}"
+    assert refusal(values.path_in_root, "/a/../b", "p", "/shared") == "p='/a/../b' contains '..': write the path without '..'"
+
+
+def test_a_control_character_shows_as_its_escape():
+    assert values.printable("a\x1b[31mb\x7f\u202ec\n") == "a\\x1b[31mb\\x7f\\u202ec\\x0a"
+    assert values.printable("a\tb\nc\x1b", lines=True) == "a\tb\nc\\x1b"
+    assert values.printable("\u0100\u00e9") == "\u0100\u00e9"  # letters beyond Latin-1 are text
+
+
+def test_a_root_ending_in_a_letter_or_slash():
+    assert values.inside("/dataX/y", "/dataX") and values.inside("/dataX/y", "/dataX/") and not values.inside("/dataXY", "/dataX")
+
+
+def test_an_unchecked_string_is_handed_to_enroot_as_it_is():
+    assert values.enroot_image("not a reference!") == "not a reference!"
