@@ -244,3 +244,123 @@ def test_a_root_ending_in_a_letter_or_slash():
 
 def test_an_unchecked_string_is_handed_to_enroot_as_it_is():
     assert values.enroot_image("not a reference!") == "not a reference!"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        ((5, "f"), "f=5 must be a string: quote the value"),
+        (("a\x00b", "f"), "f='a\\x00b' contains the control character \\x00: remove it: values are rendered into scripts and units"),
+        (("ab", "f", 1), "f='ab' is 2 characters long: use at most 1"),
+        (("\ud800", "f"), "f='\\ud800' is not valid Unicode text: remove the undecodable character"),
+        (("", "f", 10, False), "f='' is empty: give a value"),
+    ],
+)
+def test_free_text_is_refused_in_one_line(args, line):
+    assert refusal(values.text, *args) == line
+
+
+def test_free_text_at_its_edges():
+    assert values.text("", "f") == "" and values.text("a", "f", 1) == "a" and values.text("a\u00e9", "f", 2, False) == "a\u00e9"
+    assert values.control_character("a\tb") == "\\t" and values.control_character("ab") is None
+    assert values.shown("x" * 58) == repr("x" * 58) and values.shown("x" * 100) == repr("x" * 100)[:57] + "..."
+
+
+ADDRESS_FIX = "write an address such as 10.0.0.5 or a name such as node1.example.org"
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"), [("10.0.0.5", "10.0.0.5"), ("fe80::1%eth0", "fe80::1%eth0"), ("::1", "::1"), ("node1.example", "node1.example")]
+)
+def test_an_address_ansible_connects_to(value, kept):
+    assert values.host_address(value) == kept
+
+
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        ("fe80::1%e th", "ansible_host='fe80::1%e th' has a zone that is not an interface name: write fe80::1%eth0, or leave the zone out"),
+        ("999.1.1.1", f"ansible_host='999.1.1.1' is not an IP address or host name: {ADDRESS_FIX}"),
+        ("", f"ansible_host='' is not an IP address or host name: {ADDRESS_FIX}"),
+        ("-oProxy", f"ansible_host='-oProxy' is not an IP address or host name: {ADDRESS_FIX}"),
+        (5, f"ansible_host=5 is not an IP address or host name: {ADDRESS_FIX}"),
+    ],
+)
+def test_another_address_is_refused(value, line):
+    assert refusal(values.host_address, value) == line
+
+
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        ("a", "f='a' is not an absolute path: start it with /"),
+        ("/a/../b", "f='/a/../b' contains '..': write the path without '..'"),
+        ("/a/{{x}}", "f='/a/{{x}}' contains template or shell syntax ({{, {%, $ or `): write the path out literally"),
+        ("/a/$x", "f='/a/$x' contains template or shell syntax ({{, {%, $ or `): write the path out literally"),
+        ("/a/`x`", "f='/a/`x`' contains template or shell syntax ({{, {%, $ or `): write the path out literally"),
+        ("/a/{%x", "f='/a/{%x' contains template or shell syntax ({{, {%, $ or `): write the path out literally"),
+        ("", "f='' is empty: give a value"),
+    ],
+)
+def test_an_absolute_path_is_refused_in_one_line(value, line):
+    assert refusal(values.absolute_path, value, "f") == line
+
+
+def test_an_absolute_path_is_normalised():
+    assert values.absolute_path("/a//b/", "f") == "/a/b" and values.absolute_path("/", "f") == "/" and values.absolute_path("//a", "f") == "/a"
+    assert values.absolute_path("/a/..b/{x}", "f") == "/a/..b/{x}"
+
+
+def test_yaml_from_a_user_is_plain_data():
+    assert values.yaml_data("[" * DEEP + "]" * DEEP, "spec.yml") == json.loads(nested(DEEP))
+    assert (
+        refusal(values.yaml_data, "a: &x 1\nb: *x\n", "spec.yml") == "spec.yml:1: YAML anchors and aliases are not allowed here: write the values out"
+    )
+    assert (
+        refusal(values.yaml_data, "a: 1\nb: &x 2\n", "spec.yml") == "spec.yml:2: YAML anchors and aliases are not allowed here: write the values out"
+    )
+    assert refusal(values.yaml_data, "x:\n  " + nested(DEEP + 1), "spec.yml") == f"spec.yml:2: nested deeper than {DEEP} levels: flatten the document"
+    assert refusal(values.yaml_data, "a: " + "1" * 5000, "spec.yml").startswith("spec.yml: a value cannot be read (Exceeds the limit (4300 digits)")
+    assert refusal(values.yaml_data, "a: " + "1" * 5000, "spec.yml").endswith(": write numbers with at most 4,300 digits")
+    # siblings at one level are not nesting
+    assert values.yaml_data("[" + ", ".join([nested(DEEP - 1)] * 3) + "]", "spec.yml") == json.loads("[" + ", ".join([nested(DEEP - 1)] * 3) + "]")
+
+
+def test_every_string_of_a_tree_is_text():
+    values.check_tree({"a": ["x", {"b": ("y", 1, None)}], 2: "z"}, "env")
+    control = "contains the control character \\n: remove it: values are rendered into scripts and units"
+    assert refusal(values.check_tree, {"a": ["x\n"]}, "env") == f"env.a[0]='x\\n' {control}"
+    assert refusal(values.check_tree, {"a": ("y", "x\n")}, "env") == f"env.a[1]='x\\n' {control}"
+    assert refusal(values.check_tree, {"k\n": 1}, "env") == f"env key='k\\n' {control}"
+    assert refusal(values.check_tree, {"k" * 257: 1}, "env") == f"env key='{'k' * 56}... is 257 characters long: use at most 256"
+    values.check_tree({"k" * 256: 1}, "env")
+    deep: object = "x"
+    for _ in range(32):
+        deep = [deep]
+    values.check_tree(deep, "env")
+    assert refusal(values.check_tree, [deep], "env") == "env" + "[0]" * 33 + "='...' is nested too deeply: flatten the value"
+
+
+def test_a_users_file_is_read_or_refused_in_one_line(tmp_path):
+    import os
+
+    (tmp_path / "big").write_bytes(b"x" * 11)
+    (tmp_path / "bad").write_bytes(b"ok\n\xff\xfe")
+    (tmp_path / "bom").write_bytes("\ufeffhi".encode())
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "none")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert values.read_bytes(tmp_path / "big", "the spec", 11) == b"x" * 11
+    assert refusal(values.read_bytes, tmp_path / "big", "the spec", 10) == f"the spec {tmp_path}/big is 11 bytes: keep it under 10 bytes"
+    assert refusal(values.read_bytes, tmp_path / "none", "the spec") == f"the spec {tmp_path}/none does not exist: check the path"
+    assert refusal(values.read_bytes, tmp_path / "dangling", "the spec") == (
+        f"the spec {tmp_path}/dangling does not exist (a dangling symlink): check the path"
+    )
+    assert refusal(values.read_bytes, tmp_path / "loop", "the spec") == f"the spec {tmp_path}/loop is a symlink loop: point the link at a real file"
+    assert refusal(values.read_bytes, tmp_path / "big" / "x", "the spec") == f"the spec {tmp_path}/big/x does not exist: check the path"
+    assert refusal(values.read_bytes, tmp_path / "fifo", "the spec") == f"the spec {tmp_path}/fifo is not a regular file: pass the path of a file"
+    assert refusal(values.read_bytes, tmp_path / "dir", "the spec") == f"the spec {tmp_path}/dir is a directory: pass the path of a file"
+    assert values.read_text(tmp_path / "bom", "the spec") == "hi" and values.decode_utf8("\ufeffhi".encode(), "x") == "\ufeffhi"
+    assert refusal(values.read_text, tmp_path / "bad", "the spec") == f"the spec {tmp_path}/bad is not UTF-8 (byte 0xff on line 2): save it as UTF-8"
+    assert refusal(values.read_text, tmp_path / "big", "the spec", 5) == f"the spec {tmp_path}/big is 11 bytes: keep it under 5 bytes"
