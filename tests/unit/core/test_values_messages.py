@@ -364,3 +364,25 @@ def test_a_users_file_is_read_or_refused_in_one_line(tmp_path):
     assert values.read_text(tmp_path / "bom", "the spec") == "hi" and values.decode_utf8("\ufeffhi".encode(), "x") == "\ufeffhi"
     assert refusal(values.read_text, tmp_path / "bad", "the spec") == f"the spec {tmp_path}/bad is not UTF-8 (byte 0xff on line 2): save it as UTF-8"
     assert refusal(values.read_text, tmp_path / "big", "the spec", 5) == f"the spec {tmp_path}/big is 11 bytes: keep it under 5 bytes"
+
+
+def test_the_survivors_of_the_first_mutation_run():
+    """Inputs that tell apart what the mutation benchmark's first run of values could not."""
+    # outside strings only brackets count: letters are invalid JSON, closings lower the depth by one
+    assert refusal(values.json_data, "X" * 40, "job.json").startswith("job.json: not valid JSON (Expecting value")
+    climb = "[[[]," + "[" * (DEEP - 1) + "]" * (DEEP - 1) + "]]"
+    assert "nested deeper than" in refusal(values.json_data, climb, "job.json")
+    fits = "[[]," + "[" * (DEEP - 1) + "]" * (DEEP - 1) + "]"
+    assert values.json_data(fits, "job.json") == json.loads(fits)
+    assert refusal(values.json_data, "1" * 5000, "job.json") == (
+        "job.json: not valid JSON (Exceeds the limit (4300 digits) for integer string conversion: value has 5000 di): "
+        "it is not a file megaprov wrote: remove it"
+    )
+    assert values.absolute_path("/Xa", "f") == "/Xa" and values.absolute_path("/.a", "f") == "/.a"
+    assert values.image_reference("ubuntu@sha256:" + "a" * 64, "i") == "ubuntu@sha256:" + "a" * 64
+    for odd in ("nvcr.io/u@x/y", "a@sha256:b@c/x"):
+        assert refusal(values.image_reference, odd, "i") == f"i={odd!r} is not an image reference: {IMAGE_FIX}"
+    assert values.host_address("1.2.3.4X") == "1.2.3.4X"  # a last label that is not all digits is a name
+    assert values.printable(5) == "5" and values.printable(None) == "None"
+    assert refusal(values.systemd_exec_line, []) == "ExecStart: empty command: give an executable"
+    assert refusal(values.systemd_exec_line, ["x"]) == "ExecStart executable='x' is not an absolute path: start it with /"
