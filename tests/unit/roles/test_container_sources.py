@@ -32,6 +32,3 @@ def test_with_a_bundle_they_download_from_the_heads_cache():
     found = role_vars(ROLES / "pyxis", ["pyxis_source_url", "__pyxis_archive_name"], **facts, pyxis_version="0.25.0")
     assert found == {"pyxis_source_url": f"{WEB}/bundle/sources/pyxis-0.25.0.tar.gz", "__pyxis_archive_name": "pyxis-0.25.0.tar.gz"}
     assert role_vars(ROLES / "container_toolkit", ["container_toolkit_repo_url"], **facts)["container_toolkit_repo_url"] == ""
-    # a site's own setting wins over the cache
-    mirror = "https://mirror.example/enroot/"
-    assert role_vars(ROLES / "enroot", ["enroot_base_url"], **facts, enroot_base_url=mirror)["enroot_base_url"] == mirror
