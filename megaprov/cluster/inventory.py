@@ -253,6 +253,7 @@ SERVER_CONFIG: dict[str, Checker] = {
     "slurm_slurmd_port": _port,
     "slurm_health_check_interval": _seconds,
     "slurm_kill_wait": _number(30, 10**6),
+    "slurm_slurmd_timeout": _number(10, 10**6),
     "slurm_mem_reserve_mb": _number(0, 10**9),
     # prometheus.yml, alertmanager.yml and their units' ARGS
     "prometheus_listen_address": ip_address,

@@ -507,6 +507,8 @@ def render_inventory(lab: str, members: list[Node], key: Path, known_hosts: Path
         "megaprov_scheduler: slurm\n"
         "slurm_profile: container\n"
         f"slurm_gpus_per_node: {len(LAB_GPU_DEVICES)}\n"
+        "# A stopped node is DOWN after 30 s (Slurm's default is 300), so that a lost node's job continues sooner.\n"
+        "slurm_slurmd_timeout: 30\n"
         "# enroot (pyxis's runtime, where the containers stage is on) skips its cgroups hook: a node's /proc/self/cgroup\n"
         "# names this machine's cgroup paths, which the node's /sys/fs/cgroup does not hold. A private cgroup namespace\n"
         "# would give the node its own, but on a cgroup v1 host its systemd then leaves its cgroup and podman exec fails.\n"

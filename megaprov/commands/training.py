@@ -140,6 +140,17 @@ def register(sub: Any) -> None:
     attach.add_argument("--stall-timeout", type=upto(7 * 86400), default=600, help="seconds without output before giving up (default 600)")
     attach.set_defaults(handler=_job_attach)
 
+    grow = command(
+        job_sub,
+        "grow",
+        "job grow",
+        "bring a job with launch.elastic back onto its nodes that returned (it saves a checkpoint and continues on more)",
+        ["megaprov job grow gpt-lab"],
+    )
+    grow.add_argument("name", metavar="NAME", help="the job's name")
+    inventory_flag(grow, "the cluster's inventory (default: the one the job was started with)")
+    grow.set_defaults(handler=_job_grow)
+
     jobs = command(sub, "jobs", "jobs", "list training jobs", ["megaprov jobs", "megaprov jobs -i inventory.ini -o json"])
     inventory_flag(jobs, "also list the jobs in this cluster's shared directory (default: $MEGAPROV_INVENTORY or the config file's)")
     jobs.set_defaults(handler=_jobs)
@@ -216,13 +227,20 @@ def _job_check(args: argparse.Namespace) -> Outcome:
             if planned.fits is None
             else f", fits {planned.memory.total / planner.GIB:.1f} of {planned.memory.capacity / planner.GIB:.1f} GiB per {found.gpu.name}"
         )
-        return Outcome("job check", result, text=lambda: console().print(f"{path}: valid job {spec.name} on {world} GPUs{fit}", markup=False))
+        line = f"{path}: valid job {spec.name} on {world} GPUs{fit}"
+        if planned.min_nodes is not None:
+            line += "\n" + jobview.elastic_text(planned)
+        return Outcome("job check", result, text=lambda: console().print(line, markup=False))
     spec, text = target.read(path)
     target.check(spec, text, path, None, None)
     return Outcome(
         "job check",
         {"job": spec.name, "valid": True, "world": None, "fits": None},
-        text=lambda: console().print(f"{path}: valid job {spec.name} (-i INVENTORY or --gpu also checks its fit)", markup=False),
+        text=lambda: console().print(
+            f"{path}: valid job {spec.name} (-i INVENTORY or --gpu also checks its fit"
+            + (", and the node counts launch.elastic continues on)" if spec.launch.elastic else ")"),
+            markup=False,
+        ),
     )
 
 
@@ -386,6 +404,10 @@ def _follow(
     def waiting(text: str) -> None:
         say.say(f"{path}: {text}")
 
+    from megaprov.training import elastic
+
+    # launch.elastic under systemd: this follower continues the job on the healthy nodes (Slurm's batch script does it there)
+    watch = elastic.Watch(job, spec, say, found.gpus_per_node, job.every_host) if spec.launch.elastic and job.launcher != "slurm" else None
     outcome = jobs.follow_job(
         job,
         spec.model.seq_length,
@@ -395,13 +417,14 @@ def _follow(
         report=say,
         on_waiting=waiting,
         targets=jobs.metrics_targets(spec, planned),
+        watch=watch,
     )
     if outcome.state == "detached":
         say.say(f"{path}: detached; job {job.name} keeps running: `megaprov job attach {job.name}` or `megaprov job stop {job.name}`")
         return Outcome(path, {"job": job.name, "state": "running"}, ExitCode.INTERRUPTED, None)
     if since is not None:  # a resumed or re-attached job's log starts with the earlier attempts
         timing.update(jobs.first_start_seconds(outcome.log, since))
-    judged, report, paths = jobs.conclude(job, spec, planned, outcome, found.gpu.name != "cpu", timing)
+    judged, report, paths = jobs.conclude(job, spec, planned, outcome, found.gpu.name != "cpu", timing, found)
     result = {"job": job.name, "verdict": report["verdict"], "report": {k: str(v) for k, v in paths.items()}, "checks": report["checks"]}
     show = lambda: jobview.render_verdict(judged, report, paths)  # noqa: E731
     if judged.passed:
@@ -418,9 +441,38 @@ def _job_attach(args: argparse.Namespace) -> Outcome:
     state = jobs.job_state(job)
     if state not in ("starting", "running", "submitted"):
         raise UsageError(f"job {job.name} is {state}, not running", f"`megaprov job status {job.name}` shows its verdict")
-    found, _ = target.cluster(spec, inventory, target.Shape(len(job.hosts) if job.launcher != "slurm" else None))
+    found, _ = target.cluster(spec, inventory, target.Shape(len(job.every_host) if job.launcher != "slurm" else None))
     planned = planner.plan(spec, found)
     return _follow(job, spec, planned, found, float(args.stall_timeout), reporter(args), {}, None, "job attach")
+
+
+def _job_grow(args: argparse.Namespace) -> Outcome:
+    from megaprov.training import elastic, jobs, launchers
+
+    job = jobs.find(args.name, args.inventory)
+    spec = jobs.job_spec(job)
+    if spec.launch.elastic is None:
+        raise UsageError(
+            f"job {job.name} has no launch.elastic: it runs on its {len(job.hosts)} nodes or not at all", "give a new job launch.elastic"
+        )
+    state = jobs.job_state(job)
+    if state not in ("starting", "running", "submitted"):
+        raise UsageError(f"job {job.name} is {state}, not running", f"`megaprov train --resume {job.name}` starts it again on all its nodes")
+    say = reporter(args)
+    if job.launcher == "slurm":
+        from megaprov.training.launchers.slurm import SlurmLauncher
+
+        launcher = launchers.of("slurm")
+        assert isinstance(launcher, SlurmLauncher)
+        idle = launcher.grow(job, spec.launch.slurm.partition, say)
+        text = (
+            f"job {job.name}: Slurm job {launcher.current_id(job)} saves a checkpoint and continues in a new allocation of "
+            f"{spec.launch.elastic.min_nodes}-{spec.launch.nodes} nodes (idle now: {', '.join(idle)})"
+        )
+        return Outcome("job grow", {"job": job.name, "idle": idle}, text=lambda: console().print(text, markup=False))
+    before, after = elastic.grow_systemd(job, spec, say)
+    line = f"job {job.name}: grew from {len(before)} to {len(after)} nodes ({', '.join(after)}); it continues from its latest checkpoint"
+    return Outcome("job grow", {"job": job.name, "before": before, "after": after}, text=lambda: console().print(line, markup=False))
 
 
 def _jobs(args: argparse.Namespace) -> Outcome:

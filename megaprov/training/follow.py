@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +30,10 @@ from megaprov.owner import as_owner_of
 _ITERATION = re.compile(r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s+)?iteration\s+(?P<it>\d+)/\s*(?P<total>\d+)\s*\|(?P<rest>.*)$")
 _SAVED = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(?P<it>\d+) to (?P<dir>\S+)")
 _LOADED = re.compile(r"successfully loaded checkpoint from (?P<dir>\S+) .*?at iteration (?P<it>\d+)")
-_NODE = re.compile(r"^megaprov: node (?P<host>\S+) \(node rank (?P<rank>\d+)\): torchrun (?:starting|exited with (?P<rc>-?\d+)) at (?P<at>\S+)")
+_NODE = re.compile(
+    r"^megaprov: node (?P<host>\S+) \(node rank (?P<rank>\d+)\): torchrun (?:starting|exited with (?P<rc>-?\d+)) at (?P<at>\S+)"
+    r"(?: on (?P<nodes>\d{1,6}) nodes)?"  # launch.elastic: the node count of this run of torchrun
+)
 _SIGTERM = "exiting program after receiving SIGTERM"
 _EVIDENCE = re.compile(r"megaprov (?P<kind>compute|straggler) \|(?P<rest>.*)$")
 # Lines worth quoting when a job fails: the trainers' own one-line errors and Python's exception lines.
@@ -67,6 +71,7 @@ class Iteration:
     nan: int = 0
     tokens_per_second: float | None = None
     attempt: int = 0
+    nodes: int | None = None  # launch.elastic: the node count of the run that logged it (its node's start line)
 
 
 def _number(text: str) -> float | None:
@@ -150,6 +155,43 @@ class Restart:
 
 
 @dataclass
+class Change:
+    """launch.elastic: the job went on with another node count (the first iteration logged by the new count)."""
+
+    nodes_before: int
+    nodes_after: int
+    last_iteration: int  # the furthest iteration logged before the change
+    last_loss: float | None  # its loss
+    first_iteration: int  # the first iteration logged after it
+    first_loss: float | None
+    same_iteration_loss: float | None  # the loss the earlier nodes logged at first_iteration, if they got there
+    resumed_from: int  # the checkpoint it continued from
+    before: tuple[tuple[int, float], ...] = ()  # the earlier nodes' last logged losses (iteration, loss), oldest first
+
+    @property
+    def lost_iterations(self) -> int:
+        return max(0, self.last_iteration - self.resumed_from)
+
+
+RUN_TAIL = 4096  # the last logged losses a run of torchrun keeps (a change compares the next run's with them)
+
+
+@dataclass
+class Run:
+    """One run of torchrun on the node whose log carries the iterations: from its start line to the next."""
+
+    host: str
+    nodes: int | None
+    order: int  # the order runs were read in (a fallback where iterations carry no timestamp)
+    first: int = 0
+    first_loss: float | None = None
+    first_at: str | None = None  # the node's timestamp of its first iteration
+    last: int = 0
+    last_loss: float | None = None
+    tail: deque[tuple[int, float | None]] = field(default_factory=lambda: deque(maxlen=RUN_TAIL))
+
+
+@dataclass
 class JobLog:
     """Everything the follower knows about a job, folded from the node logs line by line."""
 
@@ -172,6 +214,9 @@ class JobLog:
     current: int = 0  # the latest iteration logged (goes back after a restart)
     last_seen: float = 0.0  # when the latest iteration was read
     total: int = 0
+    nodes_of: dict[str, int] = field(default_factory=dict)  # launch.elastic: host -> node count of its latest torchrun
+    runs: list[Run] = field(default_factory=list)  # every run of torchrun that logged iterations, as read
+    open_runs: dict[str, Run] = field(default_factory=dict)  # host -> its current run
 
     def feed(self, host: str, line: str, now: float) -> Iteration | None:
         """Fold one line; return the iteration it carried, if any."""
@@ -192,6 +237,18 @@ class JobLog:
                 fits = loaded is not None and resumed <= loaded < it.iteration
                 self.restarts[-1].resumed_from = loaded if fits and loaded is not None else resumed
             it.attempt = len(self.restarts)
+            it.nodes = self.nodes_of.get(host)
+            run = self.open_runs.get(host)
+            if run is None:  # iterations before any start line of that node (a log from elsewhere)
+                run = self.open_runs[host] = Run(host, it.nodes, len(self.runs))
+            if not run.tail:
+                run.first, run.first_loss, run.first_at = it.iteration, it.loss, it.logged_at
+                self.runs.append(run)
+            run.last, run.last_loss = it.iteration, it.loss
+            run.tail.append((it.iteration, it.loss))
+            earlier = self.iterations.get(it.iteration)
+            if earlier is not None and earlier.logged_at and it.logged_at and it.logged_at < earlier.logged_at:
+                return it  # an older run's line read after a newer one's (another node's file): the newer one stands
             self.iterations[it.iteration] = it
             self.furthest = max(self.furthest, it.iteration)
             self.current = it.iteration
@@ -223,6 +280,9 @@ class JobLog:
         elif (m := _NODE.match(line.strip())) is not None:
             if m["rc"] is None:
                 self.starts.setdefault(m["host"], []).append(m["at"])
+                if m["nodes"] is not None:
+                    self.nodes_of[m["host"]] = int(m["nodes"])
+                self.open_runs[m["host"]] = Run(m["host"], self.nodes_of.get(m["host"]), len(self.runs))
                 self.last_node_event[m["host"]] = "running"
                 # torchrun starting again on the node that logs the iterations, after some were logged: a restart.
                 # (Its own file orders the two exactly; a restart that resumes where it stopped never goes back.)
@@ -239,6 +299,36 @@ class JobLog:
                 self.errors.append(text)
                 del self.errors[:-10]
         return None
+
+    @property
+    def changes(self) -> list[Change]:
+        """launch.elastic: each change of the node count, between consecutive runs in time (their first iteration's
+        timestamp, else the order they were read in: the nodes' files are read one after the other)."""
+        runs = [r for r in self.runs if r.nodes is not None]
+        stamped = all(r.first_at for r in runs)
+        runs.sort(key=lambda r: (r.first_at or "", r.order) if stamped else (r.order,))
+        out = []
+        for before, after in zip(runs, runs[1:], strict=False):
+            if before.nodes == after.nodes or before.nodes is None or after.nodes is None:
+                continue
+            same = next((loss for k, loss in before.tail if k == after.first), None)
+            resumed = max(0, after.first - self.log_interval)
+            loaded = [x for x in self.loads if resumed <= x < after.first]
+            window = tuple((k, v) for k, v in list(before.tail)[-40:] if v is not None and math.isfinite(v))
+            out.append(
+                Change(
+                    before.nodes,
+                    after.nodes,
+                    before.last,
+                    before.last_loss,
+                    after.first,
+                    after.first_loss,
+                    same,
+                    loaded[-1] if loaded else resumed,
+                    window,
+                )
+            )
+        return out
 
     def node_state(self, host: str) -> str:
         """running (started, not exited since), exited-0, failed-N or waiting (never started)."""

@@ -20,6 +20,7 @@ from megaprov.errors import UsageError
 from megaprov.training import render
 
 MAX_RESUMES = 1_000_000
+MAX_SEGMENTS = 1000  # changes of an elastic job's nodes kept in job.json
 STATE = re.compile(r"^[a-z][a-z-]{0,31}$")
 _HINT = "job.json is written by megaprov (the cluster user can change it): restore it or remove the job directory"
 
@@ -43,6 +44,17 @@ class JobMeta:
     submit_host: str = ""  # a host name (Ansible reaches it to ask Slurm)
     resumes: int = 0  # how often `train --resume` started it again
     first_started: str | None = None
+    job_hosts: tuple[str, ...] = ()  # launch.elastic: every node the job was started on (hosts: those it runs on now)
+    segments: tuple[Segment, ...] = ()  # launch.elastic: each change of its nodes, in order
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One stretch of an elastic job on one set of nodes (systemd: written by the follower or `job grow`)."""
+
+    hosts: tuple[str, ...]
+    started: str
+    why: str
 
 
 def _check(check: Any, value: Any, where: str, *args: Any) -> Any:
@@ -97,6 +109,24 @@ def parse(text: str, where: str, name: str) -> JobMeta:
     first_started = data.get("first_started", started)
     if first_started is not None:
         _check(values.text, first_started, f"{where}: first_started", 64)
+    job_hosts = data.get("job_hosts", hosts)
+    if not isinstance(job_hosts, list) or not 1 <= len(job_hosts) <= values.MAX_HOSTS:
+        raise UsageError(f"{where}: job_hosts={values.shown(job_hosts)} must be a list of 1 to {values.MAX_HOSTS:,} host names", _HINT)
+    for index, host in enumerate(job_hosts):
+        _check(values.host_name, host, f"{where}: job_hosts[{index}]")
+    if not set(hosts) <= set(job_hosts):
+        raise UsageError(f"{where}: hosts {values.shown(hosts)} are not among job_hosts {values.shown(job_hosts)}", _HINT)
+    segments = data.get("segments", [])
+    if not isinstance(segments, list) or len(segments) > MAX_SEGMENTS:
+        raise UsageError(f"{where}: segments must be a list of at most {MAX_SEGMENTS}", _HINT)
+    parsed = []
+    for index, seg in enumerate(segments):
+        at = f"{where}: segments[{index}]"
+        if not isinstance(seg, dict) or not isinstance(seg.get("hosts"), list) or not 1 <= len(seg["hosts"]) <= values.MAX_HOSTS:
+            raise UsageError(f"{at} must be an object with a list of hosts", _HINT)
+        seg_hosts = tuple(_check(values.host_name, h, f"{at}.hosts") for h in seg["hosts"])
+        started_at = _check(values.text, seg.get("started", ""), f"{at}.started", 64)
+        parsed.append(Segment(seg_hosts, started_at, _check(values.text, seg.get("why", ""), f"{at}.why", 512)))
     submit = data.get("submit_host", "")
     if launcher == "slurm":
         submit = _check(values.host_name, submit, f"{where}: submit_host")
@@ -118,6 +148,8 @@ def parse(text: str, where: str, name: str) -> JobMeta:
         submit if isinstance(submit, str) else "",
         resumes,
         first_started,
+        tuple(job_hosts),
+        tuple(parsed),
     )
 
 

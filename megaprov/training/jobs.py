@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from megaprov.errors import EnvironmentProblem, UsageError
 from megaprov.output import SHOWN, SILENT, Reporter
 from megaprov.owner import as_owner_of
 from megaprov.paths import PACKAGE_DIR, state_dir
-from megaprov.training import follow, jobdir, jobmeta, launchers, render, verdict
+from megaprov.training import elastic, follow, jobdir, jobmeta, launchers, render, verdict
 from megaprov.training.jobspec import JobSpec
 from megaprov.training.launchers import systemd
 from megaprov.training.planner import Cluster, Plan
@@ -49,6 +49,12 @@ class Job:
     launcher: str = "systemd"  # systemd units, or slurm (megaprov/training/launchers)
     slurm_id: str = ""  # the Slurm job id (launcher slurm)
     submit_host: str = ""  # where Slurm jobs are submitted and asked about (the Slurm controller)
+    job_hosts: list[str] = field(default_factory=list)  # launch.elastic: every node it was started on (hosts: the current ones)
+
+    @property
+    def every_host(self) -> list[str]:
+        """The nodes whose logs hold the job's lines: every node it ran on, the current ones last-added."""
+        return list(dict.fromkeys([*self.job_hosts, *self.hosts]))
 
     def vars(self, **extra: Any) -> dict[str, Any]:
         return {"name": self.name, "hosts": self.hosts, "dir": self.job_dir, "unit": self.unit, "checkpoint_dir": self.checkpoint_dir, **extra}
@@ -126,6 +132,7 @@ def find(name: str, inventory_path: str | None = None) -> Job:
         meta.launcher,
         meta.slurm_id,
         meta.submit_host,
+        list(meta.job_hosts),
     )
 
 
@@ -203,8 +210,10 @@ def start(
     resume: bool,
     report: Reporter,
     strategy: str = "linear",
+    change: str | None = None,
 ) -> Job:
-    """Stage the job's files, check and start every node's unit; on any failure nothing is left running."""
+    """Stage the job's files, check and start every node's unit; on any failure nothing is left running. ``change``
+    (launch.elastic) says why an existing job starts again on other nodes: a new segment, not a resume."""
     found = inv.load(inventory_path, paths.roles_dir(), paths.cluster_defaults())
     hosts = [n.host for n in rendered.nodes]
     job = locate(found, spec.name, cluster.shared_dir, hosts, rendered.checkpoint_dir)
@@ -236,12 +245,20 @@ def start(
         "launcher": job.launcher,
         "stop_grace_s": rendered.stop.unit_s if rendered.stop else 0,
     }
+    segments: list[dict[str, Any]] = []
     if exists:
         old = jobmeta.load(job.local_dir / "job.json", job.name)
-        meta["resumes"] = old.resumes + 1
+        meta["resumes"] = old.resumes + (0 if change else 1)
         meta["first_started"] = old.first_started
+        job.job_hosts = list(dict.fromkeys([*old.job_hosts, *hosts]))  # every node it ran on, in the order they joined
+        segments = [{"hosts": list(g.hosts), "started": g.started, "why": g.why} for g in old.segments]
     else:
         meta["first_started"] = started
+        job.job_hosts = list(hosts)
+    meta["job_hosts"] = job.job_hosts
+    if spec.launch.elastic is not None:
+        why = change or ("resumed (megaprov train --resume)" if exists else "started")
+        meta["segments"] = (segments + [{"hosts": hosts, "started": started, "why": why}])[-jobmeta.MAX_SEGMENTS :]
     with tempfile.TemporaryDirectory(prefix="megaprov-job-") as staging_dir:
         staging = Path(staging_dir)
         (staging / "launch").mkdir()
@@ -421,7 +438,7 @@ def read_log(job: Job, seq_length: int, log_interval: int = 1) -> follow.JobLog:
     """Everything the nodes logged so far (for job status and reports)."""
     log = follow.JobLog(seq_length, log_interval)
     now = time.time()
-    for host in job.hosts:
+    for host in job.every_host:
         for line in follow.LogReader(job.local_dir / "logs" / f"{host}.log", untrusted.job_root(job.local_dir)).lines():
             log.feed(host, line, now)
     return log
@@ -437,12 +454,15 @@ def follow_job(
     log_interval: int = 1,
     on_waiting: Callable[[str], None] | None = None,
     targets: follow.Targets | None = None,
+    watch: Any = None,
 ) -> Outcome:
     """Follow the job's node logs until it finished, failed for good, stalled or the operator detached. The nodes
     whose logs are read come from the launcher (a Slurm job's appear as its allocation starts them). While no node
     runs (a Slurm job waiting in the queue, or requeued), the launcher is asked about the job every
     ``WAIT_POLL`` seconds and ``on_waiting`` hears what it says when that changes; the stall clock does not run
-    while the job waits in a queue."""
+    while the job waits in a queue. ``watch`` (launch.elastic, systemd: :class:`megaprov.training.elastic.Watch`)
+    asks the nodes when torchrun failed, ended short or went quiet, and continues the job on the healthy ones;
+    ``on_waiting`` hears each change."""
     launcher = launchers.of(job.launcher)
     readers: dict[str, follow.LogReader] = {}
     log = follow.JobLog(seq_length, log_interval)
@@ -474,6 +494,7 @@ def follow_job(
 
     remote = jobdir.is_remote(job.local_dir)
     pushed = 0.0
+    hosts_read = time.monotonic()
     try:
         while True:
             if remote:  # the nodes' new lines, through the head; the metrics Prometheus reads, back to it now and then
@@ -482,7 +503,11 @@ def follow_job(
                     jobdir.push(job.local_dir, "metrics.prom")
                     pushed = time.monotonic()
             current = launcher.log_hosts(job)  # a Slurm job's current allocation (a continuation may differ)
-            for host in current:
+            if watch is not None and time.monotonic() - hosts_read > RUNNING_POLL:  # a `job grow` from another shell
+                hosts_read = time.monotonic()
+                job.hosts = elastic.segment_hosts(job)
+                current = list(job.hosts)
+            for host in [*job.every_host, *current]:
                 if host not in readers:
                     readers[host] = follow.LogReader(job.local_dir / "logs" / f"{host}.log", untrusted.job_root(job.local_dir))
             if job.launcher == "slurm" and current and current != job.hosts:
@@ -515,10 +540,21 @@ def follow_job(
                     if hosts and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
                         return Outcome("finished", log)
                     return Outcome("failed", log, f"{found.describe()}; " + "; ".join(launcher.events(job)[-2:]))
+            if watch is not None and watch.due(log, states, time.monotonic() - last_news):
+                changed = watch.check(log)
+                if changed is not None:
+                    if on_waiting:
+                        on_waiting(changed)
+                    last_news = time.monotonic()
+                    all_down_since = None
+                    hosts_read = time.monotonic()
+                    continue
             if job.launcher != "slurm" and all(s.startswith(("exited", "failed")) for s in states):
                 all_down_since = all_down_since or time.monotonic()
                 if time.monotonic() - all_down_since > launcher.restart_wait_s:  # the units would have started torchrun again by now
                     reason = launcher.gave_up(job, log, SILENT)
+                    if reason is not None and watch is not None and job_state(job) == "reshaping":  # a `job grow` under way
+                        reason = None
                     if reason is not None:
                         return Outcome("failed", log, reason)
                     all_down_since = None
@@ -574,8 +610,26 @@ def metrics_targets(spec: JobSpec, planned: Plan) -> follow.Targets:
     )
 
 
+def expected_by_nodes(spec: JobSpec, planned: Plan, cluster: Cluster) -> dict[int, float]:
+    """launch.elastic: the tokens/s each node count the job may run on is held to: the plan on that many of the
+    cluster's nodes (an explicit verify.tokens_per_second is the full job's, scaled by the node count)."""
+    from megaprov.training import planner
+
+    out = {planned.nodes: expected_throughput(spec, planned)[0]}
+    base = planner.without_elastic(spec)
+    for n in planner.elastic_counts(spec, planned.nodes, planned.gpus_per_node):
+        if n in out:
+            continue
+        if spec.verify.tokens_per_second:
+            out[n] = spec.verify.tokens_per_second * n / planned.nodes
+            continue
+        smaller = planner.plan(base, planner.shrunk(cluster, cluster.hosts[:n]) if len(cluster.hosts) >= n else replace(cluster, nodes=n))
+        out[n] = expected_throughput(spec, smaller)[0]
+    return out
+
+
 def conclude(
-    job: Job, spec: JobSpec, planned: Plan, outcome: Outcome, gpu_nodes: bool, timing: dict[str, Any]
+    job: Job, spec: JobSpec, planned: Plan, outcome: Outcome, gpu_nodes: bool, timing: dict[str, Any], cluster: Cluster | None = None
 ) -> tuple[verdict.Verdict, dict[str, Any], dict[str, Path]]:
     """Judge the run, write report.json/.md/.png and the final metrics into the job directory."""
     log = outcome.log
@@ -596,6 +650,7 @@ def conclude(
         samples,
         {r.host: r.tflops_per_device for r in planned.rates},
         follow_load=not spec.verify.tokens_per_second and planned.peak is not None and planned.peak.source == "measured",
+        elastic=(expected_by_nodes(spec, planned, cluster), spec.train.global_batch_size) if spec.launch.elastic and cluster else None,
     )
     if outcome.state != "finished":
         judged.passed = False
@@ -606,7 +661,8 @@ def conclude(
         p.stem: untrusted.read_text(p, "launch script", MAX_SCRIPT_BYTES, root, strict=False)
         for p in untrusted.files(job.local_dir / "launch", root, suffix=".sh")
     }
-    report = verdict.report_dict(meta, judged, log, measured, commands, timing)
+    parts = verdict.segments(log.series(), log.changes, expected_by_nodes(spec, planned, cluster)) if spec.launch.elastic and cluster else None
+    report = verdict.report_dict(meta, judged, log, measured, commands, timing, parts)
     follow.write_metrics(job.local_dir, job.name, log, outcome.state, metrics_targets(spec, planned))
     paths = verdict.write_report(job.local_dir, report, log.series())
     jobdir.push(job.local_dir, "metrics.jsonl", "metrics.prom", *(p.name for p in paths.values()))
@@ -674,6 +730,7 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
         outcome = Outcome("failed", log, reason)
     else:
         return False
-    found, _ = target.cluster(spec, str(job.inventory), target.Shape(meta.nodes, meta.gpus_per_node, meta.gpu))
-    conclude(job, spec, planner.plan(spec, found), outcome, found.gpu.name != "cpu", {"judged_after_the_run": True})
+    nodes = len(meta.job_hosts) if spec.launch.elastic and job.launcher != "slurm" else meta.nodes  # planned on all of its nodes
+    found, _ = target.cluster(spec, str(job.inventory), target.Shape(nodes, meta.gpus_per_node, meta.gpu))
+    conclude(job, spec, planner.plan(spec, found), outcome, found.gpu.name != "cpu", {"judged_after_the_run": True}, found)
     return True

@@ -293,6 +293,15 @@ class Container(_Section):
         return self.image.startswith("/")
 
 
+class Elastic(_Section):
+    """Continue on fewer nodes when one is lost, and grow back when it returns (``launch.elastic``). Tensor, pipeline and
+    context sizes stay; the data-parallel size follows the healthy nodes and the global batch is kept by more gradient
+    accumulation, so the run resumes from its latest checkpoint (``checkpoint.format: torch_dist`` reshards over data
+    parallelism) with the same samples in the same order."""
+
+    min_nodes: int = Field(ge=1, le=MAX_NODES, description="the fewest nodes the job continues on (at most launch.nodes)")
+
+
 class Launch(_Section):
     launcher: Literal["torchrun", "slurm"] = "torchrun"
     nodes: int = Field(1, ge=1, le=MAX_NODES)
@@ -308,6 +317,7 @@ class Launch(_Section):
     extra_args: list[str] = Field(default_factory=list, max_length=values.MAX_LIST, description="pass-through pretrain_gpt.py arguments")
     slurm: Slurm = Field(default_factory=lambda: Slurm())
     container: Container | None = Field(None, description="run the job in a container image; unset = in the nodes' training environment")
+    elastic: Elastic | None = Field(None, description="continue on the healthy nodes after a node is lost, grow back when it returns; unset = off")
 
     @field_validator("megatron_dir", "python")
     @classmethod

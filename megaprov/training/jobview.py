@@ -77,7 +77,36 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         },
         "fixes": [{"field": f.field, "value": f.value, "memory_gib": round(f.memory_gib, 3)} for f in plan.fixes],
         "warnings": list(plan.warnings),
+        "min_nodes": plan.min_nodes,
+        "continues_on": [
+            {
+                "nodes": c.nodes,
+                "data_parallel": c.data_parallel,
+                "microbatches_per_step": c.microbatches_per_step,
+                "tokens_per_second": c.tokens_per_second,
+                "fits": c.fits,
+            }
+            for c in plan.continuations
+        ],
     }
+
+
+def elastic_text(plan: Plan) -> str:
+    """One line on what launch.elastic does for this plan: the node counts the job continues on, each with the
+    gradient accumulation that keeps the global batch (those that do not fit memory are named and left out)."""
+    usable = [c for c in plan.continuations if c.fits is not False]
+    steps = [f"{plan.nodes} nodes (DP {plan.data_parallel} x {plan.microbatches_per_step} micro-batches)"] + [
+        f"{c.nodes} (DP {c.data_parallel} x {c.microbatches_per_step}, ~{_si(c.tokens_per_second)} tokens/s)" for c in usable
+    ]
+    unfit = [str(c.nodes) for c in plan.continuations if c.fits is False]
+    skipped = [n for n in range(plan.min_nodes or plan.nodes, plan.nodes) if n not in {c.nodes for c in plan.continuations}]
+    text = f"elastic: runs on {steps[0]}; after a node is lost continues on " + (", ".join(steps[1:]) if usable else "no smaller count")
+    text += f", the global batch {plan.layout.micro_batch * plan.microbatches_per_step * plan.data_parallel} kept"
+    if skipped:
+        text += f"; not on {', '.join(map(str, skipped))} (the layout cannot keep the global batch there)"
+    if unfit:
+        text += f"; not on {', '.join(unfit)} (does not fit memory)"
+    return text
 
 
 def _mechanisms(time: StepTime | None) -> dict[str, float] | None:
@@ -131,6 +160,8 @@ def render_plan(plan: Plan) -> None:
     if plan.peak:
         table.add_row("rate behind it", plan.peak.text)
     out.print(table)
+    if plan.min_nodes is not None:
+        out.print(elastic_text(plan), markup=False)
     for w in plan.warnings:
         out.print(f"warning: {w}", markup=False)
     if plan.fits is False:

@@ -253,6 +253,8 @@ class Plan:
     rates: tuple[NodeRate, ...] = ()  # the measured rates of the job's nodes
     iterations: int = 0  # the spec's train.train_iters
     time: throughput.StepTime | None = None  # the iteration by mechanism (GPU clusters)
+    continuations: tuple[Continuation, ...] = ()  # launch.elastic: the smaller node counts it can continue on
+    min_nodes: int | None = None  # launch.elastic.min_nodes (None: the policy is off)
 
     @property
     def fits(self) -> bool | None:
@@ -266,6 +268,18 @@ class Plan:
     @property
     def gpu_hours(self) -> float:
         return self.run_seconds * self.world / 3600
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """A node count a job with ``launch.elastic`` can continue on: its data parallelism, the micro-batches per step
+    that keep the global batch, the throughput expected there, and whether it fits."""
+
+    nodes: int
+    data_parallel: int
+    microbatches_per_step: int
+    tokens_per_second: float
+    fits: bool | None
 
 
 @dataclass(frozen=True)
@@ -452,6 +466,21 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
                 f"launch.extra_args sets {flag.split('=')[0]}, which megaprov renders from the spec",
                 f"set it through the spec field {_OWNED_FLAGS[flag.split('=')[0]]}",
             )
+    if launch.elastic is not None:
+        if launch.elastic.min_nodes > launch.nodes:
+            out.add(
+                "launch.elastic.min_nodes",
+                f"launch.elastic.min_nodes={launch.elastic.min_nodes} is larger than the job's launch.nodes={launch.nodes}",
+                f"use a min_nodes from 1 to {launch.nodes}",
+            )
+        if c.format != "torch_dist":
+            out.add(
+                "checkpoint.format",
+                f"launch.elastic needs checkpoint.format=torch_dist (a {c.format} checkpoint does not reshard to another data-parallel size)",
+                "set checkpoint.format: torch_dist, or drop launch.elastic",
+            )
+        if c.resume != "auto":
+            out.add("checkpoint.resume", "launch.elastic needs checkpoint.resume=auto (it continues from the latest checkpoint)", "set resume: auto")
     if world is not None:
         model_parallel = p.tensor * p.pipeline * p.context
         if world % model_parallel:
@@ -482,6 +511,18 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
                     " (Megatron-LM's interleaved schedule)",
                     f"use a global batch size that is a multiple of {step}, or remove virtual_stages",
                 )
+        if launch.elastic is not None and gpus_per_node and world % gpus_per_node == 0:
+            nodes = world // gpus_per_node
+            counts = elastic_counts(spec, nodes, gpus_per_node)
+            low = launch.elastic.min_nodes
+            if low <= nodes and low not in counts:
+                others = [n for n in range(1, nodes) if keeps_batch(spec, n * gpus_per_node)]
+                out.add(
+                    "launch.elastic.min_nodes",
+                    f"launch.elastic.min_nodes={low}: on {low} node(s) ({low * gpus_per_node} GPUs) the layout cannot keep"
+                    f" train.global_batch_size={t.global_batch_size} (micro_batch_size x data parallel must divide it)",
+                    f"use min_nodes {_choices(others)}" if others else "use a global batch that every node count divides, or drop launch.elastic",
+                )
         if gpus_per_node and p.tensor > gpus_per_node:
             out.add(
                 "parallel.tensor",
@@ -489,6 +530,30 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
                 f"keep tensor parallelism inside a node: use {_choices([x for x in divisors(gpus_per_node) if heads % x == 0])}",
             )
     return out.items
+
+
+def keeps_batch(spec: JobSpec, world: int) -> bool:
+    """Whether ``world`` GPUs hold the spec's layout with its global batch: the model-parallel product divides the
+    world, micro_batch_size x data parallel divides the global batch, and an interleaved pipeline gets a multiple of
+    its stages in micro-batches. Pure."""
+    p, t = spec.parallel, spec.train
+    model_parallel = p.tensor * p.pipeline * p.context
+    if world < model_parallel or world % model_parallel:
+        return False
+    dp = world // model_parallel
+    if t.global_batch_size % (t.micro_batch_size * dp):
+        return False
+    return not ((p.virtual_stages or 1) > 1 and p.pipeline > 1 and (t.global_batch_size // (t.micro_batch_size * dp)) % p.pipeline)
+
+
+def elastic_counts(spec: JobSpec, nodes: int, gpus_per_node: int) -> list[int]:
+    """The node counts a job with ``launch.elastic`` can continue on, largest first: from ``nodes`` down to
+    ``min_nodes``, those whose layout keeps the global batch (memory is :func:`continuation_counts`'). Without the
+    policy: ``[nodes]``. Pure."""
+    if spec.launch.elastic is None:
+        return [nodes]
+    low = max(spec.launch.elastic.min_nodes, 1)
+    return [n for n in range(nodes, low - 1, -1) if keeps_batch(spec, n * gpus_per_node)]
 
 
 # Flags the renderer owns: a pass-through copy would silently contradict the spec.
@@ -892,7 +957,32 @@ def plan(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> Plan:
         rates=job_rates(cluster),
         iterations=spec.train.train_iters,
         time=parts,
+        continuations=continuations(spec, cluster, mfu),
+        min_nodes=spec.launch.elastic.min_nodes if spec.launch.elastic else None,
     )
+
+
+def without_elastic(spec: JobSpec) -> JobSpec:
+    return spec.model_copy(update={"launch": spec.launch.model_copy(update={"elastic": None})})
+
+
+def shrunk(cluster: Cluster, hosts: tuple[str, ...]) -> Cluster:
+    """The cluster of a job continuing on ``hosts`` (a subset of its nodes): their count and measured rates."""
+    return replace(cluster, nodes=len(hosts), hosts=hosts, rates=tuple(r for r in cluster.rates if r.host in hosts))
+
+
+def continuations(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> tuple[Continuation, ...]:
+    """Every smaller node count ``launch.elastic`` lets the job continue on, largest first, planned on the first nodes
+    of the cluster (the nodes actually left are planned again when it happens): a count whose layout cannot keep the
+    global batch is not among them, one that does not fit memory says so (``fits`` False: it is not used)."""
+    if spec.launch.elastic is None:
+        return ()
+    base = without_elastic(spec)
+    out = []
+    for n in elastic_counts(spec, cluster.nodes - 1, cluster.gpus_per_node):
+        smaller = plan(base, shrunk(cluster, cluster.hosts[:n]) if len(cluster.hosts) >= n else replace(cluster, nodes=n), mfu)
+        out.append(Continuation(n, smaller.data_parallel, smaller.microbatches_per_step, smaller.tokens_per_second, smaller.fits))
+    return tuple(out)
 
 
 def candidates(spec: JobSpec, cluster: Cluster, mfu: float | None = None) -> list[Candidate]:

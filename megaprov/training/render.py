@@ -541,6 +541,9 @@ REAP_FUNCTION = r"""reap_job() {
 
 START_LINE = "megaprov: node {host} (node rank {rank}): torchrun starting at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
 EXIT_LINE = "megaprov: node {host} (node rank {rank}): torchrun exited with $rc at $(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)"
+# launch.elastic: the start line also says how many nodes this run of torchrun spans (the follower files each
+# iteration under its node count, and the report splits the run into segments by it); older parsers read up to "at".
+ELASTIC_NODES = " on {nodes} nodes"
 GPU_QUERY = ",".join(gpu_query.SAMPLES)  # follow.gpu_samples reads the answer by these names
 
 
@@ -575,7 +578,7 @@ def _script(
         "    sampler=$!",
         "    trap 'kill $sampler 2>/dev/null' EXIT",
         "fi",
-        f'echo "{START_LINE.format(host=host, rank=rank)}"',
+        f'echo "{START_LINE.format(host=host, rank=rank)}{ELASTIC_NODES.format(nodes=nodes) if spec.launch.elastic else ""}"',
         "# systemctl stop sends SIGTERM here only (KillMode=mixed): pass it to torchrun, which passes it to the ranks",
         "# (--exit-signal-handler: they save a checkpoint), and wait for them; 143 = stopped on purpose.",
         "stopping=0",
@@ -635,6 +638,7 @@ SLURM_STOP_FILE = "launch/stop"  # megaprov job stop: the batch script ends with
 SLURM_FAILURES_FILE = "launch/failures"  # restarts after a failure so far (a time-limit continuation is not one)
 SLURM_JOBS_FILE = "launch/slurm-jobs"  # the ids of the continuations, one per line, the current one last
 SLURM_NODES_FILE = "launch/nodes"  # the current allocation's nodes, one per line (the follower reads their logs)
+SLURM_GROW_FILE = "launch/grow"  # megaprov job grow (launch.elastic): the batch script's next signal is a grow, not the time limit
 SLURM_EVENTS = "logs/slurm.log"  # the batch script's lines: each allocation, continuation and end
 
 
@@ -676,9 +680,13 @@ def slurm_node_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | 
     else:
         argv = torchrun_argv(spec, cluster.nodes, cluster.gpus_per_node, 0, "localhost", shared, stack)
         # The node's rank and the rendezvous host are known only inside the allocation: those two words are shell
-        # variables, placed by position (never by searching the quoted text, which holds user strings).
+        # variables, placed by position (never by searching the quoted text, which holds user strings). An elastic
+        # job's continuation may get fewer nodes (sbatch --nodes=MIN-MAX): its node count is Slurm's too.
         at_run_time = {argv.index("--node-rank") + 1: '"$rank"', argv.index("--master-addr") + 1: '"$MASTER_ADDR"'}
+        if spec.launch.elastic:
+            at_run_time[argv.index("--nnodes") + 1] = '"$SLURM_STEP_NUM_NODES"'
         command = " ".join(at_run_time.get(i, shlex.quote(word)) for i, word in enumerate(argv))
+    elastic_nodes = ELASTIC_NODES.format(nodes="$SLURM_STEP_NUM_NODES") if spec.launch.elastic else ""
     lines = [
         "#!/bin/bash",
         f"# megaprov job {spec.name}: run by srun on every node of its Slurm allocation (Megatron-LM {PINNED_MEGATRON}).",
@@ -705,7 +713,7 @@ def slurm_node_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | 
         "    sampler=$!",
         "    trap 'kill $sampler 2>/dev/null' EXIT",
         "fi",
-        f'if [ "$speaker" = 1 ]; then echo "{START_LINE.format(host="$host", rank="$rank")}"; fi',
+        f'if [ "$speaker" = 1 ]; then echo "{START_LINE.format(host="$host", rank="$rank")}{elastic_nodes}"; fi',
         "# Slurm's SIGTERM (job stop, the time limit) reaches this script: pass it on, the ranks save and exit (143).",
         "stopping=0",
         "trap 'stopping=1; kill -TERM $child 2>/dev/null' TERM",
@@ -737,9 +745,15 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
     head = [
         "#!/bin/bash",
         f"#SBATCH --job-name={spec.name}",
-        f"#SBATCH --nodes={cluster.nodes}",
-        f"#SBATCH --ntasks-per-node={cluster.gpus_per_node if per_gpu else 1}",
+        # launch.elastic: a range from the first submission on. Slurm requeues a job whose node failed (NODE_FAIL) with
+        # its own request, not through the batch script: only a range lets the requeued job run on the nodes left.
+        f"#SBATCH --nodes={spec.launch.elastic.min_nodes}-{cluster.nodes}" if spec.launch.elastic else f"#SBATCH --nodes={cluster.nodes}",
     ]
+    # Not with a node range: Slurm then counts the job's tasks from the range's minimum and allocates only that many
+    # nodes (measured on Slurm 22.05: --nodes=2-3 --ntasks-per-node=1 got 2 of 3 idle nodes, without it 3); srun
+    # gives the step its tasks per node itself, and --exclusive hands the step every CPU of each node.
+    if not spec.launch.elastic:
+        head.append(f"#SBATCH --ntasks-per-node={cluster.gpus_per_node if per_gpu else 1}")
     if cluster.gpu.name != "cpu":
         head.append(f"#SBATCH --gpus-per-node={cluster.gpus_per_node}")
     head += [
@@ -761,6 +775,12 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
     # launch.container: pyxis runs every task of the step in the image (the node script too, so the image needs bash)
     in_image = container.pyxis_mounts_lines(spec, shared) if box else []
     pyxis = " " + container.pyxis_words(box, jdir) if box else ""
+    elastic = spec.launch.elastic is not None
+    low = spec.launch.elastic.min_nodes if spec.launch.elastic else cluster.nodes
+    node_range = f" --nodes={low}-{cluster.nodes}" if elastic else ""
+    count = " (training on $use of its $SLURM_JOB_NUM_NODES nodes)" if elastic else ""
+    counts = planner.elastic_counts(spec, cluster.nodes, cluster.gpus_per_node)
+    step_nodes = ' --nodes="$use" --nodelist="$(paste -sd, "$nodes")"' if elastic else ""
     body = [
         "set -uo pipefail",
         f"jdir={q(jdir)}",
@@ -770,15 +790,41 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         "    exit 0",
         "fi",
         f'nodes="$jdir/{SLURM_NODES_FILE}"',
-        'scontrol show hostnames "$SLURM_JOB_NODELIST" >"$nodes.tmp" && mv -f "$nodes.tmp" "$nodes"  # the follower reads these logs',
+        *(
+            [
+                "# launch.elastic: train on the largest node count of the allocation that keeps the global batch",
+                f"# ({' '.join(map(str, counts))}); the step runs on those nodes, the first of the allocation.",
+                'scontrol show hostnames "$SLURM_JOB_NODELIST" >"$nodes.all"',
+                "use=0; for n in " + " ".join(map(str, counts)) + '; do if [ "$n" -le "$(wc -l <"$nodes.all")" ]; then use=$n; break; fi; done',
+                'if [ "$use" = 0 ]; then',
+                f'    echo "megaprov: slurm job $SLURM_JOB_ID got $SLURM_JOB_NUM_NODES node(s), below launch.elastic.min_nodes={low}'
+                f' at {stamp}" >>{events}',
+                "    exit 1",
+                "fi",
+                'head -n "$use" "$nodes.all" >"$nodes.tmp" && mv -f "$nodes.tmp" "$nodes" && rm -f "$nodes.all"  # the follower reads these logs',
+            ]
+            if elastic
+            else ['scontrol show hostnames "$SLURM_JOB_NODELIST" >"$nodes.tmp" && mv -f "$nodes.tmp" "$nodes"  # the follower reads these logs']
+        ),
         'MASTER_ADDR=$(head -n 1 "$nodes")',
         "export MASTER_ADDR",
-        f'echo "megaprov: slurm job $SLURM_JOB_ID running on $SLURM_JOB_NODELIST at {stamp}" >>{events}',
+        f'echo "megaprov: slurm job $SLURM_JOB_ID running on $SLURM_JOB_NODELIST{count} at {stamp}" >>{events}',
         "limit=0",
-        "# Near the time limit: SIGTERM to the steps (not to this script); the ranks save a checkpoint and exit.",
-        """trap 'limit=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""",
+        *(
+            [
+                "grow=0",
+                "# Near the time limit, or megaprov job grow (launch/grow first): SIGTERM to the steps (not to this script);",
+                "# the ranks save a checkpoint and exit, and the continuation asks for the job's node range again.",
+                f"""trap 'limit=1; [ -e "$jdir/{SLURM_GROW_FILE}" ] && grow=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""",
+            ]
+            if elastic
+            else [
+                "# Near the time limit: SIGTERM to the steps (not to this script); the ranks save a checkpoint and exit.",
+                """trap 'limit=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""",
+            ]
+        ),
         *in_image,
-        f'srun --kill-on-bad-exit=1 {tasks} --cpu-bind=none{pyxis} bash "$jdir/{SLURM_NODE_SCRIPT}" &',
+        f'srun --kill-on-bad-exit=1 {tasks}{step_nodes} --cpu-bind=none{pyxis} bash "$jdir/{SLURM_NODE_SCRIPT}" &',
         "step=$!",
         "while :; do wait $step; rc=$?; kill -0 $step 2>/dev/null || break; done",
         f'if [ -e "$jdir/{SLURM_STOP_FILE}" ]; then',
@@ -788,9 +834,10 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         "# A continuation: the same batch script as a new job that starts when this one has ended (afterany), in a new",
         "# allocation (a node the epilog's health check drained is left out); its id goes to launch/slurm-jobs, where",
         "# megaprov follows it. (scontrol requeue would keep the id, but Slurm holds a requeued job for 2 minutes.)",
+        *([f"# launch.elastic: it asks for {low} to {cluster.nodes} nodes, and Slurm gives it as many of them as are up then."] if elastic else []),
         "continue_job() {",
         "    # sbatch's messages (retries, the site's job_submit notes) go to the events; its id is its last stdout line",
-        f'    next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" "$jdir/{SLURM_BATCH_SCRIPT}" 2>>{events} | tail -n 1)',
+        f'    next=$(sbatch --parsable{node_range} --dependency=afterany:"$SLURM_JOB_ID" "$jdir/{SLURM_BATCH_SCRIPT}" 2>>{events} | tail -n 1)',
         "    next=${next%%;*}",
         '    case $next in ""|*[!0-9]*)',
         f'        echo "megaprov: slurm job $SLURM_JOB_ID $1: the continuation was refused: $next at {stamp}" >>{events}',
@@ -804,6 +851,16 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         f'    echo "megaprov: slurm job $SLURM_JOB_ID finished at {stamp}" >>{events}',
         "    exit 0",
         "fi",
+        *(
+            [
+                'if [ "$limit" = 1 ] && [ "$grow" = 1 ]; then',
+                f'    rm -f "$jdir/{SLURM_GROW_FILE}"',
+                f'    continue_job "grows (saved; asks for {low}-{cluster.nodes} nodes)"',
+                "fi",
+            ]
+            if elastic
+            else []
+        ),
         'if [ "$limit" = 1 ]; then continue_job "reached its time limit (saved)"; fi',
         f'failures=$(cat "$jdir/{SLURM_FAILURES_FILE}" 2>/dev/null || echo 0)',
         'case $failures in ""|*[!0-9]*) failures=0 ;; esac',

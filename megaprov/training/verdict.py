@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from megaprov.owner import as_owner_of
-from megaprov.training.follow import Iteration, JobLog, RankCompute
+from megaprov.training.follow import Change, Iteration, JobLog, RankCompute
 
 PASS, FAIL, SKIP = "pass", "fail", "skipped"
 STRAGGLER_FACTOR = 1.5  # a node this many times slower than the median of the others is named
@@ -259,9 +259,12 @@ def judge(
     samples: dict[str, list[dict[str, float]]],
     stored_rates: dict[str, float] | None = None,
     follow_load: bool = False,
+    elastic: tuple[dict[int, float], int] | None = None,
 ) -> tuple[Verdict, float]:
     """``stored_rates``: node -> the GEMM TFLOP/s measured when it was built (the plan's), to compare start-up rates
-    with; ``follow_load``: the expectation came from those rates, so scale it by :func:`launch_factor`."""
+    with; ``follow_load``: the expectation came from those rates, so scale it by :func:`launch_factor`. ``elastic``
+    (launch.elastic): the expected tokens/s per node count and the global batch; a run that changed its node count is
+    then held to each segment's own expectation, and its loss and sample order across the changes are checked."""
     series = log.series()
     factor = launch_factor(log.launch_rates, stored_rates or {}) if follow_load else None
     if factor is not None and factor < 1.0:
@@ -269,14 +272,150 @@ def judge(
         source += f"; x {factor:.2f}: the median node computed at {factor:.2f} of its stored rate at start-up (a busier machine)"
     tp, measured = throughput_check(series, expected_tps, tolerance, source, slow_nodes(log, stored_rates or {}), node_compute_ms(log.rank_compute))
     checks = [loss_check(series, window), nan_check(series), tp, gpu_check(samples, gpu_nodes, min_util), alive_check(log, hosts)]
+    if elastic is not None:
+        expected_by_nodes, global_batch = elastic
+        if factor is not None and factor < 1.0:
+            expected_by_nodes = {n: e * factor for n, e in expected_by_nodes.items()}
+        parts = segments(series, log.changes, expected_by_nodes)
+        if len(parts) > 1:  # the whole run's median mixes node counts: each segment is held to its own
+            checks[2] = segment_throughput_check(parts, tolerance)
+        checks += [continuity_check(series, log.changes), sample_order_check(series, global_batch)]
     return Verdict(all(c.status != FAIL for c in checks), checks), measured
+
+
+# ---- launch.elastic: the run in segments, one per node count
+
+CONTINUITY_SIGMAS = 4.0  # the first loss after a change may lie this far, in the run's own noise, from the curve before
+CONTINUITY_WINDOW = 20  # iterations before a change whose trend and noise it is held to
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of the run on one node count: its iterations, throughput against its own expectation, the iterations
+    the change into it lost, and the loss on each side of that change."""
+
+    nodes: int
+    first: int
+    last: int
+    tokens_per_second: float | None  # median of its steady iterations
+    expected: float | None
+    lost_iterations: int = 0
+    loss_before: float | None = None  # the last loss logged before the change into it
+    loss_after: float | None = None  # its first logged loss
+    same_iteration_before: float | None = None  # the loss the earlier nodes logged at its first iteration
+
+
+def segments(series: list[Iteration], changes: list[Change], expected: dict[int, float]) -> list[Segment]:
+    """Split the final series (every iteration as last logged) where the node count changes; pure."""
+    runs: list[list[Iteration]] = []
+    for it in series:
+        if it.nodes is None:
+            continue
+        if runs and runs[-1][-1].nodes == it.nodes:
+            runs[-1].append(it)
+        else:
+            runs.append([it])
+    out = []
+    for index, run in enumerate(runs):
+        nodes = run[0].nodes or 0
+        rates = [it.tokens_per_second for it in run[2:] if it.tokens_per_second] or [it.tokens_per_second for it in run if it.tokens_per_second]
+        into = next((c for c in reversed(changes) if c.nodes_after == nodes and c.first_iteration == run[0].iteration), None) if index else None
+        out.append(
+            Segment(
+                nodes,
+                run[0].iteration,
+                run[-1].iteration,
+                statistics.median(rates) if rates else None,
+                expected.get(nodes),
+                into.lost_iterations if into else 0,
+                into.last_loss if into else None,
+                into.first_loss if into else None,
+                into.same_iteration_loss if into else None,
+            )
+        )
+    return out
+
+
+def continuity_check(series: list[Iteration], changes: list[Change]) -> Check:
+    """Every change of the node count continued the loss curve. The run's own noise is the spread of the losses around
+    their trend over the last CONTINUITY_WINDOW iterations before the change (Theil-Sen line, MAD of the residuals);
+    the first loss after the change must lie within CONTINUITY_SIGMAS of it from the loss the earlier nodes logged at
+    the same iteration, or, where they never got there, from the trend's value at that iteration."""
+    if not changes:
+        return Check("elastic continuity", SKIP, "skipped: the node count never changed")
+    parts, bad = [], []
+    for c in changes:
+        before = list(c.before)[-CONTINUITY_WINDOW:]
+        label = f"{c.nodes_before}->{c.nodes_after} nodes at iteration {c.first_iteration} (resumed from {c.resumed_from}, {c.lost_iterations} lost)"
+        if c.first_loss is None or len(before) < 5:
+            parts.append(f"{label}: too few losses to compare")
+            continue
+        xs, ys = [float(k) for k, _ in before], [v for _, v in before]
+        slope = theil_sen(xs, ys)
+        intercept = statistics.median(y - slope * x for x, y in zip(xs, ys, strict=True))
+        noise = 1.4826 * statistics.median(abs(y - intercept - slope * x) for x, y in zip(xs, ys, strict=True))
+        if c.same_iteration_loss is not None:
+            reference, what = c.same_iteration_loss, "the same iteration before the change"
+        else:
+            reference, what = intercept + slope * c.first_iteration, f"the trend of iterations {before[0][0]}-{before[-1][0]}"
+        bound = CONTINUITY_SIGMAS * noise + 1e-6 * abs(reference)
+        text = f"{label}: loss {c.first_loss:.4f} vs {reference:.4f} from {what} (|d| {abs(c.first_loss - reference):.4f}, bound {bound:.4f})"
+        parts.append(text)
+        if abs(c.first_loss - reference) > bound:
+            bad.append(text)
+    if bad:
+        return Check("elastic continuity", FAIL, "the loss jumped at a change: " + "; ".join(bad))
+    return Check("elastic continuity", PASS, "; ".join(parts))
+
+
+def sample_order_check(series: list[Iteration], global_batch: int) -> Check:
+    """Every logged iteration consumed exactly its global batches (consumed samples = iteration x global batch): no
+    sample skipped or seen twice across the changes (Megatron's sampler goes on from the checkpoint's count)."""
+    counted = [it for it in series if it.consumed_samples is not None]
+    if not counted:
+        return Check("sample order", SKIP, "skipped: no iteration logged its consumed samples")
+    wrong = [it for it in counted if it.consumed_samples != it.iteration * global_batch]
+    if wrong:
+        it = wrong[0]
+        return Check(
+            "sample order",
+            FAIL,
+            f"iteration {it.iteration} had consumed {it.consumed_samples} samples, not {it.iteration * global_batch} (iteration x global batch"
+            f" {global_batch}): {len(wrong)} iteration(s) off",
+        )
+    return Check("sample order", PASS, f"consumed samples = iteration x {global_batch} at all {len(counted)} logged iterations")
+
+
+def segment_throughput_check(parts: list[Segment], tolerance: float) -> Check:
+    """Each segment's median tokens/s against its own node count's expectation."""
+    texts, bad = [], []
+    for g in parts:
+        if g.tokens_per_second is None or g.expected is None:
+            texts.append(f"{g.nodes} nodes (iterations {g.first}-{g.last}): no measure")
+            continue
+        text = (
+            f"{g.nodes} nodes (iterations {g.first}-{g.last}): {g.tokens_per_second:,.0f} tokens/s of {g.expected:,.0f} expected"
+            f" ({g.tokens_per_second / g.expected:.2f}x)"
+        )
+        texts.append(text)
+        if g.tokens_per_second < tolerance * g.expected:
+            bad.append(text)
+    if bad:
+        return Check("segment throughput", FAIL, f"below {tolerance:g} x its expectation: " + "; ".join(bad))
+    return Check("segment throughput", PASS, "; ".join(texts))
 
 
 # ---- report
 
 
 def report_dict(
-    job: dict[str, Any], verdict: Verdict, log: JobLog, measured_tps: float, commands: dict[str, str], timing: dict[str, Any]
+    job: dict[str, Any],
+    verdict: Verdict,
+    log: JobLog,
+    measured_tps: float,
+    commands: dict[str, str],
+    timing: dict[str, Any],
+    parts: list[Segment] | None = None,
 ) -> dict[str, Any]:
     series = log.series()
     losses = [it.loss for it in series if it.loss is not None and math.isfinite(it.loss)]
@@ -298,6 +437,27 @@ def report_dict(
             }
             for r in log.restarts
         ],
+        **(
+            {}
+            if parts is None
+            else {
+                "changes": [
+                    {
+                        "nodes_before": c.nodes_before,
+                        "nodes_after": c.nodes_after,
+                        "last_iteration": c.last_iteration,
+                        "resumed_from": c.resumed_from,
+                        "lost_iterations": c.lost_iterations,
+                        "first_iteration": c.first_iteration,
+                        "loss_before": c.last_loss,
+                        "loss_after": c.first_loss,
+                        "loss_before_same_iteration": c.same_iteration_loss,
+                    }
+                    for c in log.changes
+                ],
+                "segments": [asdict(g) for g in parts],
+            }
+        ),
         "errors": log.errors,
         "timing": timing,
         "commands": commands,
@@ -339,6 +499,22 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {r['last_iteration']} | {r['resumed_from']} | {r['lost_iterations']} | {r['seconds_to_resumed_iteration']} |"
             for r in report["restarts"]
         ]
+        lines.append("")
+    if report.get("segments"):
+        lines += [
+            "## Segments (launch.elastic)",
+            "",
+            "| nodes | iterations | tokens/s | expected | ratio | lost at its start | loss before -> after |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for g in report["segments"]:
+            tps, exp = g["tokens_per_second"], g["expected"]
+            ratio = f"{tps / exp:.2f}" if tps and exp else "-"
+            change = "" if g["loss_before"] is None or g["loss_after"] is None else f"{g['loss_before']:.4f} -> {g['loss_after']:.4f}"
+            lines.append(
+                f"| {g['nodes']} | {g['first']}-{g['last']} | {f'{tps:,.0f}' if tps else '-'} | {f'{exp:,.0f}' if exp else '-'} | {ratio} |"
+                f" {g['lost_iterations']} | {change} |"
+            )
         lines.append("")
     if report["errors"]:
         lines += ["## Errors in the logs", "", *(f"- `{e}`" for e in report["errors"]), ""]

@@ -39,6 +39,7 @@ ALIVE = (
 # What job_slurm.yml says (set_stats): sbatch --parsable's output (action submit), the job's record (action status)
 SUBMITTED = "slurm_submitted"
 STATE = "slurm_state"
+GROW = "slurm_grow"  # action grow: Slurm's idle nodes
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,15 @@ class SlurmLauncher:
         result = self._run(job, "stop", report, current_id(job), grace=grace)
         if not result.ok:
             raise plays.failure(result, f"job {job.name}: stop failed")
+
+    def grow(self, job: Job, partition: str | None, report: Reporter) -> list[str]:
+        """launch.elastic: ask the batch script of the current allocation to save and continue in a new one over the
+        job's node range (``job_slurm.yml`` action grow); Slurm's idle nodes, which it may add, are returned."""
+        result = self._run(job, "grow", report, current_id(job), partition=partition or "")
+        if not result.ok:
+            raise plays.failure(result, f"job {job.name}: grow failed")
+        idle = result.data.get(GROW)
+        return [h for h in idle if isinstance(h, str) and values.HOST_NAME.fullmatch(h)] if isinstance(idle, list) else []
 
     def states(self, job: Job, report: Reporter) -> dict[str, dict[str, str]]:
         found = self.state(job, report)

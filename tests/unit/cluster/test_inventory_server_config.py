@@ -93,6 +93,7 @@ SERVER_CONFIG_BAD = [
     ("slurm_plugin_dir", "/usr/lib x"),
     ("slurm_slurmctld_port", 70000),
     ("slurm_kill_wait", -1),
+    ("slurm_slurmd_timeout", 5),  # below 10 s a busy node would be set DOWN
     # prometheus.yml, alertmanager.yml, their /etc/default files (ARGS="...")
     ("prometheus_listen_address", "0.0.0.0 --web.enable-admin-api"),
     ("prometheus_listen_address", "head.example.org"),

@@ -69,6 +69,8 @@ def test_the_default_slurm_conf_has_one_default_partition_of_every_node_that_ans
     assert conf["GresTypes"] == ["gpu"] and conf["SelectType"] == ["select/cons_tres"]
     assert conf["JobRequeue"] == ["1"] and conf["AccountingStorageType"] == ["accounting_storage/none"]
     assert conf["HealthCheckInterval"] == [str(role_vars("slurm")["slurm_health_check_interval"])]
+    assert conf["SlurmdTimeout"] == ["300"] and conf["ReturnToService"] == ["2"]  # Slurm's default; a returning node comes back
+    assert slurm_conf(slurm_slurmd_timeout=30)["SlurmdTimeout"] == ["30"]  # the lab's: a lost node's job continues sooner
 
 
 def test_partitions_as_the_inventory_gives_them_and_only_the_marked_one_default():

@@ -151,7 +151,7 @@ def test_a_refused_launch_is_a_usage_error_and_stops_nothing_whatever_the_tasks_
 def test_a_cluster_without_slurm_is_a_usage_error_whatever_the_tasks_are_called(monkeypatch):
     sinfo = _tasks("job_slurm.yml")[0][0]
     refuse = [name for name, module, _ in _tasks("job_slurm.yml") if module == "megaprov.cluster.refuse"]
-    assert len(refuse) == 2  # no Slurm here; a request Slurm cannot satisfy
+    assert len(refuse) == 3  # no Slurm here; a request Slurm cannot satisfy; a grow with no idle node
     steps = [
         _ok("head", sinfo, "ansible.builtin.command"),
         ("runner_on_failed", "head", refuse[0], {"msg": "Slurm does not answer", "usage_error": True}),
