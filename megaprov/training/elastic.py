@@ -135,7 +135,11 @@ def relaunch(job: Job, spec: JobSpec, hosts: list[str], why: str, report: Report
     text = untrusted.read_text(job.local_dir / "spec.yml", "job spec", values.MAX_FILE_BYTES, untrusted.job_root(job.local_dir))
     rendered = render.render(spec, found, addressed, dict(os.environ))
     jobs.set_state(job, "reshaping", reshaping=why)
-    started = jobs.start(spec, text, found, planned, jobview.plan_dict(planned), rendered, inventory, True, report, change=why)
+    try:
+        started = jobs.start(spec, text, found, planned, jobview.plan_dict(planned), rendered, inventory, True, report, change=why)
+    except Exception:
+        jobs.set_state(job, "failed", reshaping=f"{why}: the start on {', '.join(hosts)} failed")  # nothing of it runs (jobs.start)
+        raise
     job.hosts = started.hosts
     return job
 

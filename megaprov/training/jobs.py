@@ -505,7 +505,10 @@ def follow_job(
             current = launcher.log_hosts(job)  # a Slurm job's current allocation (a continuation may differ)
             if watch is not None and time.monotonic() - hosts_read > RUNNING_POLL:  # a `job grow` from another shell
                 hosts_read = time.monotonic()
-                job.hosts = elastic.segment_hosts(job)
+                now_on = elastic.segment_hosts(job)
+                if now_on != job.hosts and on_waiting:
+                    on_waiting(f"job {job.name} now runs on {len(now_on)} node(s): {', '.join(now_on)}")
+                job.hosts = now_on
                 current = list(job.hosts)
             for host in [*job.every_host, *current]:
                 if host not in readers:

@@ -754,6 +754,10 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
     # gives the step its tasks per node itself, and --exclusive hands the step every CPU of each node.
     if not spec.launch.elastic:
         head.append(f"#SBATCH --ntasks-per-node={cluster.gpus_per_node if per_gpu else 1}")
+    else:
+        # A failed node does not end the job (Slurm would requeue it and hold it ~2 minutes): the step on it fails,
+        # and the batch script's continuation asks for the node range at once.
+        head.append("#SBATCH --no-kill")
     if cluster.gpu.name != "cpu":
         head.append(f"#SBATCH --gpus-per-node={cluster.gpus_per_node}")
     head += [

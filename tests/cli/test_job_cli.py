@@ -233,3 +233,49 @@ def test_data_prepare_bad_input_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "data", "prepare", "--input", tmp_path / "none.jsonl", "--output-prefix", tmp_path / "x")
     assert code == ExitCode.USAGE
     assert err.strip() == f"megaprov: error: --input {tmp_path / 'none.jsonl'} does not exist: pass JSONL files, one JSON object per line"
+
+
+def _job_on_disk(tmp_path, name, spec_file, state):
+    """A job's directory as train leaves it, on a shared directory this machine mounts (job.json, spec.yml)."""
+    shared = tmp_path / "shared"
+    inv = cpu_inventory(tmp_path, nodes=3, shared=str(shared))
+    with inv.open("a") as f:
+        f.write(f"megaprov_controller_shared_dir={shared}\n")
+    jdir = shared / "jobs" / name
+    (jdir / "logs").mkdir(parents=True)
+    (jdir / "spec.yml").write_text((JOBS / spec_file).read_text().replace("name: lab-elastic\n", f"name: {name}\n"))
+    meta = {
+        "name": name,
+        "hosts": ["node1", "node2"],
+        "job_hosts": ["node1", "node2", "node3"],
+        "shared_dir": str(shared),
+        "job_dir": str(jdir),
+        "checkpoint_dir": str(shared / "checkpoints" / name),
+        "state": state,
+    }
+    (jdir / "job.json").write_text(json.dumps(meta))
+    return inv
+
+
+@pytest.mark.parametrize(
+    ("spec_file", "state", "message"),
+    [
+        ("lab-tiny.yml", "running", "job el has no launch.elastic: it runs on its 2 nodes or not at all: give a new job launch.elastic"),
+        ("lab-elastic.yml", "finished", "job el is finished, not running: `megaprov train --resume el` starts it again on all its nodes"),
+    ],
+)
+def test_job_grow_refuses_a_job_it_cannot_grow_in_one_line(capsys, tmp_path, monkeypatch, spec_file, state, message):
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
+    inv = _job_on_disk(tmp_path, "el", spec_file, state)
+    code, _, err = run(capsys, "job", "grow", "el", "-i", inv)
+    assert code == ExitCode.USAGE
+    assert err.strip() == f"megaprov: error: {message}"
+
+
+def test_job_check_says_where_an_elastic_job_continues(capsys, tmp_path):
+    code, out, _ = run(capsys, "job", "check", "-f", JOBS / "lab-elastic.yml", "-i", cpu_inventory(tmp_path, nodes=3))
+    assert code == ExitCode.OK
+    assert "elastic: runs on 3 nodes (DP 3 x 2 micro-batches); after a node is lost continues on 2 (DP 2 x 3" in out
+    code, out, _ = run(capsys, "job", "check", "-f", JOBS / "lab-elastic.yml", "-i", cpu_inventory(tmp_path, nodes=3), "-o", "json")
+    doc = json.loads(out)
+    assert doc["result"]["plan"]["min_nodes"] == 2 and [c["nodes"] for c in doc["result"]["plan"]["continues_on"]] == [2]

@@ -197,6 +197,16 @@ def batch_run(tmp_path, s, nodes, allocation, srun_rc=1, wait=False):
     return proc, jdir
 
 
+def test_the_batch_script_asks_for_the_node_range_and_outlives_a_failed_node():
+    head = [line for line in render.sbatch_script(parse(LAB), cpu_cluster()).splitlines() if line.startswith("#SBATCH")]
+    # a range from the first submission (a requeue keeps the request); no tasks per node (with a range Slurm would then
+    # allocate the minimum); --no-kill: a failed node ends the step, not the job, and the continuation follows at once
+    assert "#SBATCH --nodes=2-3" in head and "#SBATCH --no-kill" in head
+    assert not any(line.startswith("#SBATCH --ntasks-per-node") for line in head)
+    plain = render.sbatch_script(lab_spec(launch={"elastic": None}), cpu_cluster()).splitlines()
+    assert "#SBATCH --nodes=3" in plain and "#SBATCH --ntasks-per-node=1" in plain and "#SBATCH --no-kill" not in plain
+
+
 def test_a_failed_elastic_allocation_continues_asking_for_the_node_range(tmp_path):
     proc, jdir = batch_run(tmp_path, parse(LAB), 3, 3)
     assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
