@@ -407,7 +407,7 @@ def _follow(
     from megaprov.training import elastic
 
     # launch.elastic under systemd: this follower continues the job on the healthy nodes (Slurm's batch script does it there)
-    watch = elastic.Watch(job, spec, say, found.gpus_per_node, job.every_host) if spec.launch.elastic and job.launcher != "slurm" else None
+    watch = elastic.Watch(job, spec, say, found) if spec.launch.elastic and job.launcher != "slurm" else None
     outcome = jobs.follow_job(
         job,
         spec.model.seq_length,
@@ -464,6 +464,12 @@ def _job_grow(args: argparse.Namespace) -> Outcome:
 
         launcher = launchers.of("slurm")
         assert isinstance(launcher, SlurmLauncher)
+        on = launcher.log_hosts(job)
+        if len(on) >= spec.launch.nodes:
+            raise UsageError(f"job {job.name} runs on all {len(on)} of its nodes ({', '.join(on)})", "nothing to grow")
+        now = launcher.state(job)
+        if now.state != "RUNNING":
+            raise UsageError(f"job {job.name}: {now.describe()}", "grow it while it runs: a waiting job gets the nodes Slurm has when it starts")
         idle = launcher.grow(job, spec.launch.slurm.partition, say)
         text = (
             f"job {job.name}: Slurm job {launcher.current_id(job)} saves a checkpoint and continues in a new allocation of "

@@ -24,11 +24,11 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from megaprov import untrusted, values
 from megaprov.cluster import plays
-from megaprov.errors import UsageError
+from megaprov.errors import MegaprovError, UsageError
 from megaprov.output import SILENT, Reporter
 from megaprov.owner import as_owner_of
 from megaprov.training import follow, jobdir, jobmeta, render
@@ -36,8 +36,10 @@ from megaprov.training import follow, jobdir, jobmeta, render
 if TYPE_CHECKING:
     from megaprov.training.jobs import Job
     from megaprov.training.jobspec import JobSpec
+    from megaprov.training.planner import Cluster
 
 EVENTS = "logs/elastic.log"  # systemd: the changes of an elastic job's nodes, one line each
+CONFIRM_S = 5.0  # an unreachable node is asked again after this long before it counts as lost
 QUIET_MIN_S = 45.0  # no new iteration for this long (or 5 iterations' time, if longer): the nodes are asked
 PROBE_EVERY_S = 30.0  # at most one question to the nodes this often while nothing changes
 
@@ -96,19 +98,21 @@ def probe(job: Job, since: float) -> Probe:
     return Probe(units, lost)
 
 
-def continue_on(spec: JobSpec, healthy: list[str], gpus_per_node: int, nodes: int) -> list[str]:
-    """The nodes to continue on: the first of ``healthy`` (rank order), as many as the largest count the policy keeps
-    the global batch on; [] when fewer than min_nodes are left. Pure."""
-    for count in planner_counts(spec, nodes, gpus_per_node):
+def continue_on(counts: list[int], healthy: list[str]) -> list[str]:
+    """The nodes to continue on: the first of ``healthy`` (rank order), as many as the largest of ``counts`` (the node
+    counts that keep the global batch and fit, largest first) they can fill; [] when fewer than the smallest are left.
+    Pure."""
+    for count in counts:
         if count <= len(healthy):
             return healthy[:count]
     return []
 
 
-def planner_counts(spec: JobSpec, nodes: int, gpus_per_node: int) -> list[int]:
+def counts_of(spec: JobSpec, cluster: Cluster) -> list[int]:
+    """The node counts the job may run on, largest first (planner.usable_counts)."""
     from megaprov.training import planner
 
-    return planner.elastic_counts(spec, nodes, gpus_per_node)
+    return planner.usable_counts(spec, cluster)
 
 
 def quiet_after(log: follow.JobLog) -> float:
@@ -118,23 +122,27 @@ def quiet_after(log: follow.JobLog) -> float:
 
 
 def relaunch(job: Job, spec: JobSpec, hosts: list[str], why: str, report: Reporter, stop_first: list[str] | None = None, kill: bool = False) -> Job:
-    """Stop the job's units on ``stop_first`` (the nodes that answer; default: the current ones) and start it again on
-    ``hosts`` from its latest checkpoint: rendered for them (rendezvous on the first, their count), a new segment.
-    ``kill``: after a loss the others cannot save (they wait for the lost peer): their processes are killed at once."""
+    """Stop the job's units on ``stop_first`` (default: the current nodes) and start it again on ``hosts`` from its
+    latest checkpoint: rendered for them (rendezvous on the first, their count), a new segment. ``kill``: after a loss
+    the others cannot save (they wait for the lost peer), so their processes are killed at once. What can be refused
+    (the inventory, the plan, the render) is worked out before anything is stopped, and job.json says "reshaping" from
+    then on: a follower in another shell waits while it does."""
     from megaprov.training import jobs, jobview, planner, target
 
-    stopping = list(stop_first if stop_first is not None else job.hosts)
-    if stopping:
-        stopped = plays.run("job_stop.yml", job.inventory, {"megaprov_job": job.vars(hosts=stopping, kill=kill)}, report, len(stopping))
-        if not stopped.ok:
-            raise plays.failure(stopped, f"job {job.name}: the units could not be stopped before the change")
     inventory = str(job.inventory)
-    names = [n for n in _gpu_nodes(inventory) if n not in hosts]
-    found, addressed = target.cluster(spec, inventory, target.Shape(len(hosts), exclude=tuple(names)))
+    known = _gpu_nodes(inventory)
+    hosts = [h for h in hosts if h in known]  # job.json is the cluster user's: only the inventory's nodes
+    found, addressed = target.cluster(spec, inventory, target.Shape(len(hosts), exclude=tuple(n for n in known if n not in hosts)))
     planned = planner.plan(spec, found)
     text = untrusted.read_text(job.local_dir / "spec.yml", "job spec", values.MAX_FILE_BYTES, untrusted.job_root(job.local_dir))
     rendered = render.render(spec, found, addressed, dict(os.environ))
     jobs.set_state(job, "reshaping", reshaping=why)
+    stopping = [h for h in (job.hosts if stop_first is None else stop_first) if h in known]
+    if stopping:
+        stopped = plays.run("job_stop.yml", job.inventory, {"megaprov_job": job.vars(hosts=stopping, kill=kill)}, report, len(stopping))
+        if not stopped.ok:
+            jobs.set_state(job, "failed", reshaping=f"{why}: the units could not be stopped before the change")
+            raise plays.failure(stopped, f"job {job.name}: the units could not be stopped before the change")
     try:
         started = jobs.start(spec, text, found, planned, jobview.plan_dict(planned), rendered, inventory, True, report, change=why)
     except Exception:
@@ -154,11 +162,14 @@ def _gpu_nodes(inventory: str) -> list[str]:
 def grow_systemd(job: Job, spec: JobSpec, report: Reporter) -> tuple[list[str], list[str]]:
     """``megaprov job grow`` of a systemd job: the job's other nodes that answer (and that no recent doctor run found
     an error on) join it. Returns (the nodes it runs on now, those it runs on after)."""
+    from megaprov.training import target
+
     meta = jobmeta.load(job.local_dir / "job.json", job.name)
-    missing = [h for h in meta.job_hosts if h not in job.hosts]
+    known = _gpu_nodes(str(job.inventory))
+    everyone = [h for h in meta.job_hosts if h in known]  # job.json is the cluster user's: only the inventory's nodes
+    missing = [h for h in everyone if h not in job.hosts]
     if not missing:
         raise UsageError(f"job {job.name} runs on all {len(job.hosts)} of its nodes", "nothing to grow")
-    everyone = [h for h in meta.job_hosts]
     asked = plays.run("job_status.yml", job.inventory, {"megaprov_job": job.vars(hosts=everyone)}, SILENT, len(everyone))
     down = {f.host for f in asked.failures if f.unreachable}
     bad = unhealthy_any(job)
@@ -166,9 +177,9 @@ def grow_systemd(job: Job, spec: JobSpec, report: Reporter) -> tuple[list[str], 
     if not back:
         why = ", ".join(f"{h} ({'unreachable' if h in down else 'error findings of megaprov doctor'})" for h in missing)
         raise UsageError(f"job {job.name} cannot grow: {why}", "bring the node back (and run `megaprov doctor` again), then grow")
-    healthy = [h for h in meta.job_hosts if h in job.hosts or h in back]
-    gpus = meta.gpus_per_node
-    target_hosts = continue_on(spec, healthy, gpus, len(meta.job_hosts))
+    healthy = [h for h in everyone if h in job.hosts or h in back]
+    full, _ = target.cluster(spec, str(job.inventory), target.Shape(len(everyone), exclude=tuple(n for n in known if n not in everyone)))
+    target_hosts = continue_on(counts_of(spec, full), healthy)
     if len(target_hosts) <= len(job.hosts):
         raise UsageError(
             f"job {job.name} cannot grow: {len(healthy)} healthy nodes keep the global batch on no more than its {len(job.hosts)}",
@@ -176,7 +187,12 @@ def grow_systemd(job: Job, spec: JobSpec, report: Reporter) -> tuple[list[str], 
         )
     before = list(job.hosts)
     event(job, f"job {job.name} grows from {len(before)} to {len(target_hosts)} nodes ({', '.join(target_hosts)}): {', '.join(back)} answer again")
-    relaunch(job, spec, target_hosts, f"grew to {len(target_hosts)} nodes: {', '.join(back)} back (megaprov job grow)", report, before)
+    try:  # the returning nodes are stopped too: one that was only cut off may still be restarting its old unit
+        relaunch(job, spec, target_hosts, f"grew to {len(target_hosts)} nodes: {', '.join(back)} back (megaprov job grow)", report, before + back)
+    except MegaprovError:
+        event(job, f"job {job.name} could not start on {len(target_hosts)} nodes: back on {', '.join(before)}")
+        relaunch(job, spec, before, f"the grow failed: back on {len(before)} nodes", report, [])
+        raise
     return before, target_hosts
 
 
@@ -191,12 +207,11 @@ def unhealthy_any(job: Job) -> set[str]:
 class Watch:
     """The follower's side of launch.elastic for a systemd job: when to ask the nodes, and what to do about a loss."""
 
-    def __init__(self, job: Job, spec: JobSpec, report: Reporter, gpus_per_node: int, job_hosts: list[str]) -> None:
+    def __init__(self, job: Job, spec: JobSpec, report: Reporter, cluster: Cluster) -> None:
         self.job = job
         self.spec = spec
         self.report = report
-        self.gpus = gpus_per_node
-        self.job_hosts = job_hosts
+        self.counts = counts_of(spec, cluster)  # the node counts it may run on, largest first
         self.since = time.time()  # the current segment's start: doctor findings older than this are not news
         self.asked = 0.0
         self.said: dict[str, str] = {}
@@ -212,12 +227,20 @@ class Watch:
 
     def check(self, log: follow.JobLog) -> str | None:
         """Ask the nodes; on a loss continue on the others (a new segment) and return the event's line, else None."""
+        from megaprov.training import jobs
+
         self.asked = time.monotonic()
+        if jobs.job_state(self.job) == "reshaping":  # `megaprov job grow` from another shell is at it
+            return None
         found = probe(self.job, self.since)
+        if any(why == "unreachable" for why in found.lost.values()):  # one SSH hiccup is no lost node: ask again
+            time.sleep(CONFIRM_S)
+            again = probe(self.job, self.since)
+            found = Probe(again.units, {h: why for h, why in found.lost.items() if h in again.lost})
         if not found.lost:
             return None
         healthy = [h for h in self.job.hosts if h not in found.lost]
-        keep = continue_on(self.spec, healthy, self.gpus, len(self.job_hosts))
+        keep = continue_on(self.counts, healthy)
         lost = ", ".join(f"{h} ({why})" for h, why in sorted(found.lost.items()))
         if not keep:
             key = f"cannot:{lost}"
@@ -233,19 +256,10 @@ class Watch:
             f"job {self.job.name} lost {lost}: continues on {len(keep)} node(s) ({', '.join(keep)}) from the checkpoint at iteration {last}"
             f" (iteration {log.current} reached)",
         )
-        relaunch(self.job, self.spec, keep, f"lost {lost}", self.report, healthy, kill=True)
+        # Every node that answers is stopped, a lost one too when it answers (doctor's findings): its unit would
+        # otherwise start torchrun again against the old rendezvous.
+        answering = [h for h in self.job.hosts if found.lost.get(h) != "unreachable"]
+        relaunch(self.job, self.spec, keep, f"lost {lost}", self.report, answering, kill=True)
         self.since = time.time()
         self.asked = time.monotonic()
         return line
-
-
-def segment_hosts(job: Job) -> list[str]:
-    """The nodes the job runs on now, from job.json (a `job grow` from another shell changes them)."""
-    try:
-        return list(jobmeta.load(job.local_dir / "job.json", job.name).hosts)
-    except UsageError:
-        return list(job.hosts)
-
-
-def describe(spec: JobSpec) -> dict[str, Any] | None:
-    return None if spec.launch.elastic is None else {"min_nodes": spec.launch.elastic.min_nodes}

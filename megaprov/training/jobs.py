@@ -28,7 +28,7 @@ from megaprov.errors import EnvironmentProblem, UsageError
 from megaprov.output import SHOWN, SILENT, Reporter
 from megaprov.owner import as_owner_of
 from megaprov.paths import PACKAGE_DIR, state_dir
-from megaprov.training import elastic, follow, jobdir, jobmeta, launchers, render, verdict
+from megaprov.training import follow, jobdir, jobmeta, launchers, render, verdict
 from megaprov.training.jobspec import JobSpec
 from megaprov.training.launchers import systemd
 from megaprov.training.planner import Cluster, Plan
@@ -357,6 +357,14 @@ def job_spec(job: Job) -> JobSpec:
     return target.read(str(job.local_dir / "spec.yml"), untrusted.job_root(job.local_dir))[0]
 
 
+def segment_hosts(job: Job) -> list[str]:
+    """The nodes the job runs on now, from job.json (launch.elastic: a `job grow` from another shell changes them)."""
+    try:
+        return list(jobmeta.load(job.local_dir / "job.json", job.name).hosts)
+    except UsageError:
+        return list(job.hosts)
+
+
 def job_state(job: Job) -> str:
     """The state job.json records (checked: the cluster user can write it)."""
     return jobmeta.load(job.local_dir / "job.json", job.name).state
@@ -505,7 +513,7 @@ def follow_job(
             current = launcher.log_hosts(job)  # a Slurm job's current allocation (a continuation may differ)
             if watch is not None and time.monotonic() - hosts_read > RUNNING_POLL:  # a `job grow` from another shell
                 hosts_read = time.monotonic()
-                now_on = elastic.segment_hosts(job)
+                now_on = segment_hosts(job)
                 if now_on != job.hosts and on_waiting:
                     on_waiting(f"job {job.name} now runs on {len(now_on)} node(s): {', '.join(now_on)}")
                 job.hosts = now_on

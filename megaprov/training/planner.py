@@ -481,6 +481,22 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
             )
         if c.resume != "auto":
             out.add("checkpoint.resume", "launch.elastic needs checkpoint.resume=auto (it continues from the latest checkpoint)", "set resume: auto")
+        for flag in launch.extra_args:
+            name, _, value = flag.partition("=")
+            if name in _ELASTIC_REFUSED or (name == "--dataloader-type" and value == "cyclic"):
+                out.add(
+                    "launch.extra_args",
+                    f"launch.extra_args sets {flag}, whose {_ELASTIC_REFUSED.get(name, 'sample order depends on the data-parallel size')}",
+                    "drop it, or drop launch.elastic",
+                )
+            elif name == "--dataloader-type" and not value:
+                index = launch.extra_args.index(flag)
+                if launch.extra_args[index + 1 : index + 2] == ["cyclic"]:
+                    out.add(
+                        "launch.extra_args",
+                        "launch.extra_args sets --dataloader-type cyclic, whose sample order depends on the data-parallel size",
+                        "drop it, or drop launch.elastic",
+                    )
     if world is not None:
         model_parallel = p.tensor * p.pipeline * p.context
         if world % model_parallel:
@@ -530,6 +546,20 @@ def spec_problems(spec: JobSpec, world: int | None = None, gpus_per_node: int | 
                 f"keep tensor parallelism inside a node: use {_choices([x for x in divisors(gpus_per_node) if heads % x == 0])}",
             )
     return out.items
+
+
+# Pass-through arguments that tie a run to its data-parallel size: a continuation on fewer nodes would change them.
+_ELASTIC_REFUSED = {
+    "--rampup-batch-size": "batch ramp-up counts data-parallel ranks",
+    "--num-distributed-optimizer-instances": "optimizer instances divide the data-parallel ranks",
+    "--expert-model-parallel-size": "expert parallelism is carved out of the data-parallel ranks",
+}
+
+
+def usable_counts(spec: JobSpec, cluster: Cluster) -> list[int]:
+    """launch.elastic: the node counts the job runs on, largest first: its own, then the continuations that keep the
+    global batch and fit memory (GPU clusters; a CPU lab is not checked)."""
+    return [cluster.nodes] + [c.nodes for c in continuations(spec, cluster) if c.fits is not False]
 
 
 def keeps_batch(spec: JobSpec, world: int) -> bool:

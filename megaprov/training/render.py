@@ -285,6 +285,11 @@ def megatron_args(spec: JobSpec, shared_dir: str = "/shared", stack: NodeStack =
     ):
         if on:
             a.append(flag)
+    if spec.launch.elastic and p.overlap_grad_reduce and "--ddp-bucket-size" not in _forced(spec):
+        # Megatron-LM sizes the gradient buckets from the data-parallel size (max(40M, 1M x DP) elements) and a
+        # dp_reshardable checkpoint stores one tensor per bucket: the full job's size, fixed, keeps them loadable.
+        full_dp = spec.launch.nodes * spec.launch.gpus_per_node // max(p.tensor * p.pipeline * p.context, 1) * p.context
+        opt("--ddp-bucket-size", max(40_000_000, 1_000_000 * full_dp))
 
     opt("--micro-batch-size", t.micro_batch_size)
     opt("--global-batch-size", t.global_batch_size)
@@ -783,12 +788,24 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
     low = spec.launch.elastic.min_nodes if spec.launch.elastic else cluster.nodes
     node_range = f" --nodes={low}-{cluster.nodes}" if elastic else ""
     count = " (training on $use of its $SLURM_JOB_NUM_NODES nodes)" if elastic else ""
-    counts = planner.elastic_counts(spec, cluster.nodes, cluster.gpus_per_node)
+    counts = planner.usable_counts(spec, cluster) if elastic else [cluster.nodes]
     step_nodes = ' --nodes="$use" --nodelist="$(paste -sd, "$nodes")"' if elastic else ""
     body = [
         "set -uo pipefail",
         f"jdir={q(jdir)}",
         f"max_restarts={spec.launch.max_restarts}",
+        *(
+            [
+                "limit=0",
+                "grow=0",
+                "# Near the time limit, or megaprov job grow (launch/grow first): SIGTERM to the steps (not to this script);",
+                "# the ranks save a checkpoint and exit, and the continuation asks for the job's node range again. Set first:",
+                "# a grow may signal a continuation that has only just started.",
+                f"""trap 'limit=1; [ -e "$jdir/{SLURM_GROW_FILE}" ] && grow=1; scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null' USR1""",
+            ]
+            if elastic
+            else []
+        ),
         f'if [ -e "$jdir/{SLURM_STOP_FILE}" ]; then  # megaprov job stop came first: this continuation does not train',
         f'    echo "megaprov: slurm job $SLURM_JOB_ID stopped before it started (megaprov job stop) at {stamp}" >>{events}',
         "    exit 0",
@@ -813,24 +830,21 @@ def sbatch_script(spec: JobSpec, cluster: Cluster, passed: dict[str, str] | None
         'MASTER_ADDR=$(head -n 1 "$nodes")',
         "export MASTER_ADDR",
         f'echo "megaprov: slurm job $SLURM_JOB_ID running on $SLURM_JOB_NODELIST{count} at {stamp}" >>{events}',
-        "limit=0",
         *(
-            [
-                "grow=0",
-                "# Near the time limit, or megaprov job grow (launch/grow first): SIGTERM to the steps (not to this script);",
-                "# the ranks save a checkpoint and exit, and the continuation asks for the job's node range again.",
-                f"""trap 'limit=1; [ -e "$jdir/{SLURM_GROW_FILE}" ] && grow=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""",
-            ]
+            []
             if elastic
             else [
+                "limit=0",
                 "# Near the time limit: SIGTERM to the steps (not to this script); the ranks save a checkpoint and exit.",
                 """trap 'limit=1; scancel --signal=TERM "$SLURM_JOB_ID"' USR1""",
             ]
         ),
         *in_image,
-        f'srun --kill-on-bad-exit=1 {tasks}{step_nodes} --cpu-bind=none{pyxis} bash "$jdir/{SLURM_NODE_SCRIPT}" &',
-        "step=$!",
-        "while :; do wait $step; rc=$?; kill -0 $step 2>/dev/null || break; done",
+        *(["rc=143  # signalled before its step started: it continues as signalled", 'if [ "$limit" = 0 ]; then'] if elastic else []),
+        f'{"    " if elastic else ""}srun --kill-on-bad-exit=1 {tasks}{step_nodes} --cpu-bind=none{pyxis} bash "$jdir/{SLURM_NODE_SCRIPT}" &',
+        f"{'    ' if elastic else ''}step=$!",
+        f"{'    ' if elastic else ''}while :; do wait $step; rc=$?; kill -0 $step 2>/dev/null || break; done",
+        *(["fi"] if elastic else []),
         f'if [ -e "$jdir/{SLURM_STOP_FILE}" ]; then',
         f'    echo "megaprov: slurm job $SLURM_JOB_ID stopped (megaprov job stop), status $rc at {stamp}" >>{events}',
         "    exit 0",

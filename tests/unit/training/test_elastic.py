@@ -114,21 +114,27 @@ def test_keeps_batch(world, tp, pp, vp, micro, batch, keeps):
     assert planner.keeps_batch(s, world) is keeps
 
 
-def test_a_count_that_does_not_fit_memory_says_so():
-    doc = yaml.safe_load((ROOT / "examples" / "jobs" / "gpt-345m-1node.yml").read_text())
-    doc["launch"].update({"nodes": 4, "gpus_per_node": 8, "elastic": {"min_nodes": 1}})
-    doc["parallel"]["distributed_optimizer"] = True
+def test_a_count_that_does_not_fit_memory_is_not_used():
+    doc = yaml.safe_load((ROOT / "examples" / "jobs" / "llama-8b-2nodes.yml").read_text())
+    doc["launch"].update({"nodes": 4, "elastic": {"min_nodes": 1}})
     doc["checkpoint"]["format"] = "torch_dist"
     s = parse(yaml.safe_dump(doc))
-    cluster = nodefacts.KnownCluster(4, 8, planner.GPUS["H100-SXM"], "/shared", stack=nodefacts.ROLE_DEFAULTS)
-    planned = planner.plan(s, cluster)
-    assert [c.nodes for c in planned.continuations] == planner.elastic_counts(s, 3, 8)
-    # the distributed optimizer's shard grows as data parallelism shrinks: fewer nodes need more memory per GPU, and
-    # each continuation says whether it fits as the plan of that count does
     base = planner.without_elastic(s)
-    totals = {n: planner.plan(base, replace(cluster, nodes=n)).memory.total for n in (4, 2, 1)}
-    assert totals[4] < totals[2] < totals[1]
-    assert [c.fits for c in planned.continuations] == [planner.plan(base, replace(cluster, nodes=c.nodes)).fits for c in planned.continuations]
+    h100 = planner.GPUS["H100-SXM"]
+    need = {n: planner.plan(base, nodefacts.KnownCluster(n, 8, h100, "/shared", stack=nodefacts.ROLE_DEFAULTS)).memory.total for n in (4, 2, 1)}
+    # the distributed optimizer's shard grows as data parallelism shrinks: fewer nodes need more memory per GPU
+    assert need[4] < need[2] < need[1]
+    # a GPU with room for 4 and 2 nodes' needs but not for 1 node's
+    gib = (need[2] + need[1]) / 2 / planner.GIB
+    gpu = replace(h100, name="test-gpu", memory_gib=gib)
+    cluster = nodefacts.KnownCluster(4, 8, gpu, "/shared", tuple(f"node{i + 1}" for i in range(4)), stack=nodefacts.ROLE_DEFAULTS)
+    planned = planner.plan(s, cluster)
+    # 3 nodes do not keep the global batch (DP 12 does not divide it); 1 node does not fit
+    assert planned.fits and [(c.nodes, c.fits) for c in planned.continuations] == [(2, True), (1, False)]
+    assert 1 not in planner.usable_counts(s, cluster)
+    assert "not on 1 (does not fit memory)" in jobview.elastic_text(planned)
+    loop = next(line for line in render.sbatch_script(s, cluster).splitlines() if line.startswith("use=0; for n in"))
+    assert loop.startswith("use=0; for n in 4 2; do")
 
 
 # ---- what the launchers render
@@ -384,10 +390,11 @@ def test_the_report_of_an_elastic_run_has_its_segments():
 
 def test_continue_on_the_largest_count_that_keeps_the_batch():
     s = lab_spec(launch={"nodes": 4}, train={"global_batch_size": 8})
-    s = s.model_copy(update={"launch": s.launch.model_copy(update={"elastic": s.launch.elastic.model_copy(update={"min_nodes": 2})})})
-    assert elastic.continue_on(s, ["node1", "node2", "node4"], 1, 4) == ["node1", "node2"]  # 3 would not keep the batch of 8
-    assert elastic.continue_on(s, ["node1"], 1, 4) == []
-    assert elastic.continue_on(parse(LAB), ["node1", "node3"], 1, 3) == ["node1", "node3"]
+    counts = elastic.counts_of(s, cpu_cluster(4))
+    assert counts == [4, 2]  # 3 would not keep the batch of 8
+    assert elastic.continue_on(counts, ["node1", "node2", "node4"]) == ["node1", "node2"]
+    assert elastic.continue_on(counts, ["node1"]) == []
+    assert elastic.continue_on(elastic.counts_of(parse(LAB), cpu_cluster()), ["node1", "node3"]) == ["node1", "node3"]
 
 
 def test_the_follower_asks_the_nodes_on_a_failure_an_early_end_or_a_silence(monkeypatch):
@@ -453,3 +460,56 @@ def test_elastic_refusals_are_spec_errors_with_the_field():
     with pytest.raises(JobSpecError) as info:
         parse(text)
     assert "launch.elastic.min_nodes" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--rampup-batch-size", "4", "4", "1000"], "--rampup-batch-size, whose batch ramp-up counts data-parallel ranks"),
+        (["--dataloader-type", "cyclic"], "--dataloader-type cyclic, whose sample order depends on the data-parallel size"),
+        (["--dataloader-type=cyclic"], "--dataloader-type=cyclic, whose sample order depends on the data-parallel size"),
+        (["--num-distributed-optimizer-instances", "2"], "optimizer instances divide the data-parallel ranks"),
+    ],
+)
+def test_arguments_that_tie_the_run_to_its_data_parallel_size_are_refused(extra, words):
+    text = LAB.replace("  elastic:\n", "  extra_args: " + yaml.safe_dump(extra, default_flow_style=True).strip() + "\n  elastic:\n")
+    [message] = refusal(text)
+    assert words in message and message.endswith("drop it, or drop launch.elastic")
+    assert refusal(text.replace("  elastic:\n    min_nodes: 2\n", "")) == []  # without the policy they are the operator's
+
+
+def test_the_gradient_buckets_keep_the_full_jobs_size():
+    """Megatron-LM sizes its gradient buckets from the data-parallel size (max(40M, 1M x DP) with overlap_grad_reduce)
+    and a dp_reshardable checkpoint holds one tensor per bucket: an elastic job fixes the full job's size."""
+    doc = yaml.safe_load((ROOT / "examples" / "jobs" / "llama-8b-2nodes.yml").read_text())
+    doc["launch"].update({"nodes": 16, "elastic": {"min_nodes": 12}})
+    doc["checkpoint"]["format"] = "torch_dist"
+    args = render.megatron_args(parse(yaml.safe_dump(doc)))
+    assert args[args.index("--ddp-bucket-size") + 1] == str(1_000_000 * 16 * 8 // 2)  # DP 64 at TP 2
+    doc["launch"]["nodes"] = 2
+    doc["launch"]["elastic"] = {"min_nodes": 1}
+    args = render.megatron_args(parse(yaml.safe_dump(doc)))
+    assert args[args.index("--ddp-bucket-size") + 1] == "40000000"  # Megatron's floor
+    del doc["launch"]["elastic"]
+    assert "--ddp-bucket-size" not in render.megatron_args(parse(yaml.safe_dump(doc)))  # without the policy: Megatron's own
+
+
+def test_one_task_per_gpu_runs_its_step_on_the_chosen_nodes():
+    s = lab_spec(launch={"launcher": "slurm", "gpus_per_node": 4, "slurm": parse(LAB).launch.slurm.model_copy(update={"shape": "per-gpu"})})
+    s = s.model_copy(update={"train": s.train.model_copy(update={"global_batch_size": 24})})
+    cluster = nodefacts.KnownCluster(3, 4, planner.GPUS["cpu"], "/shared", tuple(f"node{i + 1}" for i in range(3)), stack=nodefacts.ROLE_DEFAULTS)
+    text = render.sbatch_script(s, cluster)
+    assert 'srun --kill-on-bad-exit=1 --ntasks-per-node=4 --nodes="$use" --nodelist="$(paste -sd, "$nodes")"' in text
+    assert "#SBATCH --ntasks-per-node" not in text
+    node = render.slurm_node_script(s, cluster)
+    assert "export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS" in node  # the step's, not the job's
+
+
+def test_a_run_that_stayed_on_fewer_nodes_is_held_to_its_own_count():
+    """A Slurm job that started on min_nodes (the others busy), or one that lost a node before its first iteration:
+    one segment, on 2 of 3 nodes, held to the 2-node plan, not to the 3-node one."""
+    log = feed({"node2": node_lines("node2", 1, 2, "x", range(1, 61))})  # 15,360 tokens/s
+    judged, _ = verdict.judge(log, ["node1", "node2"], 20, 20_000.0, 0.8, "test", False, 0.0, {}, elastic=({3: 20_000.0, 2: 15_000.0}, 12))
+    check = next(c for c in judged.checks if c.name in ("throughput", "segment throughput"))
+    assert check.name == "segment throughput" and check.status == verdict.PASS
+    assert "2 nodes (iterations 1-60): 15,360 tokens/s of 15,000 expected" in check.detail
