@@ -513,3 +513,66 @@ def test_a_run_that_stayed_on_fewer_nodes_is_held_to_its_own_count():
     check = next(c for c in judged.checks if c.name in ("throughput", "segment throughput"))
     assert check.name == "segment throughput" and check.status == verdict.PASS
     assert "2 nodes (iterations 1-60): 15,360 tokens/s of 15,000 expected" in check.detail
+
+
+# ---- the follower's decision, with the nodes' answers and the relaunch stood in
+
+
+def _watch(tmp_path, monkeypatch, answers, state="running"):
+    """A Watch over a 3-node systemd job whose probes answer ``answers`` in turn; the relaunch is recorded."""
+    from types import SimpleNamespace
+
+    from megaprov.training import jobs
+
+    job = SimpleNamespace(name="el", hosts=["node1", "node2", "node3"], local_dir=tmp_path, inventory=tmp_path / "inventory.ini")
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    asked, relaunched = [], []
+    monkeypatch.setattr(elastic, "probe", lambda job, since: asked.append(1) or answers[min(len(asked), len(answers)) - 1])
+    monkeypatch.setattr(elastic, "relaunch", lambda *a, **k: relaunched.append((a, k)))
+    monkeypatch.setattr(elastic.time, "sleep", lambda s: None)
+    monkeypatch.setattr(elastic.jobdir, "push", lambda *a: None)
+    monkeypatch.setattr(elastic, "as_owner_of", lambda d: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(jobs, "job_state", lambda job: state)
+    watch = elastic.Watch(job, parse(LAB), None, cpu_cluster())
+    log = follow.JobLog(128)
+    log.saves, log.current = [20], 27
+    return watch, log, asked, relaunched
+
+
+def test_a_node_unreachable_twice_is_lost_and_the_others_continue_killed_and_restarted(tmp_path, monkeypatch):
+    lost = elastic.Probe({}, {"node3": "unreachable"})
+    watch, log, asked, relaunched = _watch(tmp_path, monkeypatch, [lost, lost])
+    line = watch.check(log)
+    assert line is not None and line.startswith(
+        "megaprov: job el lost node3 (unreachable): continues on 2 node(s) (node1, node2) from the checkpoint at iteration 20"
+    )
+    [(args, kwargs)] = relaunched
+    assert args[2] == ["node1", "node2"] and args[5] == ["node1", "node2"] and kwargs == {"kill": True}
+    assert len(asked) == 2  # asked again before it counted
+    assert (tmp_path / "logs" / "elastic.log").read_text().strip() == line
+
+
+def test_one_ssh_hiccup_reshapes_nothing(tmp_path, monkeypatch):
+    watch, log, asked, relaunched = _watch(tmp_path, monkeypatch, [elastic.Probe({}, {"node3": "unreachable"}), elastic.Probe({}, {})])
+    assert watch.check(log) is None and relaunched == [] and len(asked) == 2
+
+
+def test_a_node_doctor_flagged_is_stopped_with_the_others(tmp_path, monkeypatch):
+    flagged = elastic.Probe({}, {"node2": "error findings of megaprov doctor"})
+    watch, log, asked, relaunched = _watch(tmp_path, monkeypatch, [flagged])
+    assert watch.check(log) is not None and len(asked) == 1  # a finding is not a hiccup: no second question
+    [(args, _)] = relaunched
+    assert args[2] == ["node1", "node3"] and args[5] == ["node1", "node2", "node3"]  # node2 still answers: its unit stops too
+
+
+def test_fewer_than_min_nodes_left_is_said_once_and_nothing_restarts(tmp_path, monkeypatch):
+    two = elastic.Probe({}, {"node2": "unreachable", "node3": "unreachable"})
+    watch, log, _, relaunched = _watch(tmp_path, monkeypatch, [two])
+    first = watch.check(log)
+    assert first is not None and "1 node(s) left, fewer than launch.elastic.min_nodes=2; it cannot continue" in first
+    assert watch.check(log) is None and relaunched == []  # the same news is not repeated
+
+
+def test_the_follower_leaves_a_grow_from_another_shell_alone(tmp_path, monkeypatch):
+    watch, log, asked, relaunched = _watch(tmp_path, monkeypatch, [elastic.Probe({}, {"node3": "unreachable"})], state="reshaping")
+    assert watch.check(log) is None and asked == [] and relaunched == []
