@@ -82,20 +82,39 @@ def unhealthy(job: Job, since: float) -> set[str]:
     return set(nodes) & set(job.hosts)
 
 
-def probe(job: Job, since: float) -> Probe:
-    """Ask every node of the current segment for its unit (``job_status.yml``): those that do not answer are lost, and
-    so are those a doctor run after ``since`` found an error on."""
+def probe(job: Job, since: float, hosts: list[str] | None = None) -> Probe:
+    """Ask ``hosts`` (default: every node of the current segment) for the job's unit (``job_status.yml``): those that
+    do not answer are lost, so are those a doctor run after ``since`` found an error on, and those whose unit gave up
+    while another's still runs (:func:`gave_up_units`)."""
+    asked = list(job.hosts if hosts is None else hosts)
     result = plays.run(
-        "job_status.yml", job.inventory, {"megaprov_job": job.vars()}, SILENT, len(job.hosts), collect=("ansible.builtin.command", "command")
+        "job_status.yml", job.inventory, {"megaprov_job": job.vars(hosts=asked)}, SILENT, len(asked), collect=("ansible.builtin.command", "command")
     )
-    lost = {f.host: "unreachable" for f in result.failures if f.unreachable and f.host in job.hosts}
+    lost = {f.host: "unreachable" for f in result.failures if f.unreachable and f.host in asked}
     units = {}
     for task in result.results:
         pairs = (line.partition("=") for line in str(task.res.get("stdout", "")).splitlines())
         units[task.host] = {k: v for k, _, v in pairs}
-    for host in sorted(unhealthy(job, since)):
+    for host, why in gave_up_units(units).items():
+        lost.setdefault(host, why)
+    for host in sorted(unhealthy(job, since) & set(asked)):
         lost.setdefault(host, "error findings of megaprov doctor")
     return Probe(units, lost)
+
+
+def gave_up_units(units: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Nodes whose unit gave up (systemd's start limit: its ranks died at every start) while another node's unit still
+    runs or starts again: the node is what fails, not the job. Pure."""
+    from megaprov.training.launchers.systemd import WILL_RUN
+
+    going = [h for h, u in units.items() if u.get("ActiveState") in WILL_RUN]
+    if not going:
+        return {}
+    return {
+        h: f"its unit gave up ({u.get('Result', 'failed')}, {u.get('NRestarts', '?')} restarts)"
+        for h, u in units.items()
+        if u.get("ActiveState") == "failed"
+    }
 
 
 def continue_on(counts: list[int], healthy: list[str]) -> list[str]:
@@ -215,6 +234,7 @@ class Watch:
         self.since = time.time()  # the current segment's start: doctor findings older than this are not news
         self.asked = 0.0
         self.said: dict[str, str] = {}
+        self.restarting = False
 
     def due(self, log: follow.JobLog, states: list[str], quiet_s: float) -> bool:
         """Whether to ask the nodes now: a node's torchrun failed or every node's ended short of the last iteration,
@@ -223,6 +243,7 @@ class Watch:
             return False
         failed = any(s.startswith("failed") for s in states)
         ended = bool(states) and all(s.startswith(("exited", "failed")) for s in states) and not (log.total and log.furthest >= log.total)
+        self.restarting = failed or ended  # torchrun starts again anyway: the moment to take a returned node back in
         return failed or ended or quiet_s > quiet_after(log)
 
     def check(self, log: follow.JobLog) -> str | None:
@@ -232,13 +253,14 @@ class Watch:
         self.asked = time.monotonic()
         if jobs.job_state(self.job) == "reshaping":  # `megaprov job grow` from another shell is at it
             return None
+        self.job.hosts = jobs.segment_hosts(self.job)  # as job.json has them now: a grow from another shell may have changed them
         found = probe(self.job, self.since)
         if any(why == "unreachable" for why in found.lost.values()):  # one SSH hiccup is no lost node: ask again
             time.sleep(CONFIRM_S)
             again = probe(self.job, self.since)
             found = Probe(again.units, {h: why for h, why in found.lost.items() if h in again.lost})
         if not found.lost:
-            return None
+            return self.regrow() if self.restarting else None
         healthy = [h for h in self.job.hosts if h not in found.lost]
         keep = continue_on(self.counts, healthy)
         lost = ", ".join(f"{h} ({why})" for h, why in sorted(found.lost.items()))
@@ -260,6 +282,36 @@ class Watch:
         # otherwise start torchrun again against the old rendezvous.
         answering = [h for h in self.job.hosts if found.lost.get(h) != "unreachable"]
         relaunch(self.job, self.spec, keep, f"lost {lost}", self.report, answering, kill=True)
+        self.since = time.time()
+        self.asked = time.monotonic()
+        return line
+
+    def regrow(self) -> str | None:
+        """At a restart (torchrun failed or ended on the current nodes), the job's other nodes that answer again, and
+        that no doctor run since the segment began flagged, are taken back in: the restart costs the same either way."""
+        missing = [h for h in self.job.every_host if h not in self.job.hosts]
+        if not missing:
+            return None
+        found = probe(self.job, self.since, missing)
+        back = [h for h in missing if h not in found.lost and h in found.units]
+        if not back:
+            return None
+        keep = continue_on(self.counts, [h for h in self.job.every_host if h in self.job.hosts or h in back])
+        if len(keep) <= len(self.job.hosts):
+            return None
+        line = event(
+            self.job,
+            f"job {self.job.name} grows back to {len(keep)} nodes ({', '.join(keep)}) at its restart: {', '.join(back)} answer again",
+        )
+        relaunch(
+            self.job,
+            self.spec,
+            keep,
+            f"grew back to {len(keep)} nodes at a restart: {', '.join(back)}",
+            self.report,
+            self.job.hosts + back,
+            kill=True,
+        )
         self.since = time.time()
         self.asked = time.monotonic()
         return line

@@ -524,15 +524,18 @@ def _watch(tmp_path, monkeypatch, answers, state="running"):
 
     from megaprov.training import jobs
 
-    job = SimpleNamespace(name="el", hosts=["node1", "node2", "node3"], local_dir=tmp_path, inventory=tmp_path / "inventory.ini")
+    job = SimpleNamespace(
+        name="el", hosts=["node1", "node2", "node3"], every_host=["node1", "node2", "node3"], local_dir=tmp_path, inventory=tmp_path / "inventory.ini"
+    )
     (tmp_path / "logs").mkdir(exist_ok=True)
     asked, relaunched = [], []
-    monkeypatch.setattr(elastic, "probe", lambda job, since: asked.append(1) or answers[min(len(asked), len(answers)) - 1])
+    monkeypatch.setattr(elastic, "probe", lambda job, since, hosts=None: asked.append(hosts) or answers[min(len(asked), len(answers)) - 1])
     monkeypatch.setattr(elastic, "relaunch", lambda *a, **k: relaunched.append((a, k)))
     monkeypatch.setattr(elastic.time, "sleep", lambda s: None)
     monkeypatch.setattr(elastic.jobdir, "push", lambda *a: None)
     monkeypatch.setattr(elastic, "as_owner_of", lambda d: __import__("contextlib").nullcontext())
     monkeypatch.setattr(jobs, "job_state", lambda job: state)
+    monkeypatch.setattr(jobs, "segment_hosts", lambda job: list(job.hosts))
     watch = elastic.Watch(job, parse(LAB), None, cpu_cluster())
     log = follow.JobLog(128)
     log.saves, log.current = [20], 27
@@ -576,3 +579,41 @@ def test_fewer_than_min_nodes_left_is_said_once_and_nothing_restarts(tmp_path, m
 def test_the_follower_leaves_a_grow_from_another_shell_alone(tmp_path, monkeypatch):
     watch, log, asked, relaunched = _watch(tmp_path, monkeypatch, [elastic.Probe({}, {"node3": "unreachable"})], state="reshaping")
     assert watch.check(log) is None and asked == [] and relaunched == []
+
+
+def test_a_unit_that_gave_up_while_others_run_is_its_nodes_failure():
+    units = {
+        "node1": {"ActiveState": "activating", "NRestarts": "2"},
+        "node2": {"ActiveState": "failed", "Result": "start-limit-hit", "NRestarts": "4"},
+        "node3": {"ActiveState": "active"},
+    }
+    assert elastic.gave_up_units(units) == {"node2": "its unit gave up (start-limit-hit, 4 restarts)"}
+    # every unit gave up: the job failed, no node stands out
+    assert elastic.gave_up_units({h: {"ActiveState": "failed"} for h in units}) == {}
+    assert elastic.gave_up_units({}) == {}
+
+
+def test_a_restart_takes_a_returned_node_back_in(tmp_path, monkeypatch):
+    answer_units = elastic.Probe({"node1": {}, "node2": {}}, {})
+    back = elastic.Probe({"node3": {"ActiveState": "inactive"}}, {})
+    watch, log, asked, relaunched = _watch(tmp_path, monkeypatch, [answer_units, back])
+    watch.job.hosts = ["node1", "node2"]  # node3 was lost earlier
+    log.total, log.furthest = 100, 60
+    assert watch.due(log, ["failed-1", "exited-0"], 0.0) and watch.restarting
+    line = watch.check(log)
+    assert line is not None and "grows back to 3 nodes (node1, node2, node3) at its restart: node3 answer again" in line
+    assert asked == [None, ["node3"]]  # the segment's nodes, then the missing one
+    [(args, kwargs)] = relaunched
+    assert args[2] == ["node1", "node2", "node3"] and args[5] == ["node1", "node2", "node3"] and kwargs == {"kill": True}
+
+
+def test_a_quiet_job_is_not_grown_and_a_still_lost_node_stays_out(tmp_path, monkeypatch):
+    fine = elastic.Probe({"node1": {}, "node2": {}}, {})
+    still_down = elastic.Probe({}, {"node3": "unreachable"})
+    watch, log, asked, relaunched = _watch(tmp_path, monkeypatch, [fine, fine, still_down])
+    watch.job.hosts = ["node1", "node2"]
+    log.total, log.furthest = 100, 60
+    watch.restarting = False  # asked because no iteration came for a while: training may be fine, nothing restarts
+    assert watch.check(log) is None and asked == [None]
+    watch.restarting = True
+    assert watch.check(log) is None and asked == [None, None, ["node3"]] and relaunched == []
