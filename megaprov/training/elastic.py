@@ -9,10 +9,12 @@ samples in the same order (Megatron-LM's ``torch_dist`` checkpoints reshard over
   continue in a new allocation, which gets the node back when Slurm has it idle.
 - systemd: the follower (``megaprov train``, ``megaprov job attach``) does it. When torchrun fails on a node, when
   every node's torchrun exited before the end, or when no iteration came for a while, it asks every node of the
-  current segment for its unit; a node that does not answer, or that the last ``megaprov doctor`` run found an
-  error on, is lost. The units of the others are stopped, the launch is rendered again for them (a new rendezvous
-  on the first of them, ``--nnodes`` their count) and started from the checkpoint. ``megaprov job grow`` does the
-  same towards more nodes; so does ``megaprov train --resume``, which plans on every node of the job again.
+  current segment for its unit; a node that does not answer (twice, 5 s apart), whose unit gave up while another's
+  still runs, or that a ``megaprov doctor`` run since the segment began found an error on, is lost. The units of
+  the others are stopped, the launch is rendered again for them (a new rendezvous on the first of them,
+  ``--nnodes`` their count) and started from the checkpoint. ``megaprov job grow`` does the
+  same towards more nodes; so does a restart of the job (the follower then asks the lost nodes again) and
+  ``megaprov train --resume``, which plans on every node of the job again.
 
 Every change is a line of the job's events (``logs/elastic.log``; Slurm's are in ``logs/slurm.log``) and a segment
 of job.json; the report splits the run at each change (:func:`megaprov.training.verdict.segments`).
