@@ -130,7 +130,10 @@ def fields(line: str) -> dict[str, str]:
 def parse_state(job: str, text: str) -> SlurmState:
     """The state from the status play's output: ``scontrol show job -o ID`` then ``--- pending`` and the ids of
     the pending jobs in priority order. Pure."""
-    head, _, pending_text = text.partition("--- pending")
+    # the last marker: the job's own name or comment (the cluster user's words, in the record) may hold one
+    head, marker, pending_text = text.rpartition("--- pending")
+    if not marker:  # no queue printed: the whole answer is the record
+        head, pending_text = text, ""
     line = next((ln for ln in head.splitlines() if ln.startswith("JobId=")), "")
     pending_ids = [p.strip() for p in pending_text.split() if SLURM_ID.fullmatch(p.strip())]
     if not line:
