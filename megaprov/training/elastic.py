@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from megaprov.training.jobspec import JobSpec
     from megaprov.training.planner import Cluster
 
-EVENTS = "logs/elastic.log"  # systemd: the changes of an elastic job's nodes, one line each
 CONFIRM_S = 5.0  # an unreachable node is asked again after this long before it counts as lost
 QUIET_MIN_S = 45.0  # no new iteration for this long (or 5 iterations' time, if longer): the nodes are asked
 PROBE_EVERY_S = 30.0  # at most one question to the nodes this often while nothing changes
@@ -57,31 +56,23 @@ class Probe:
 def event(job: Job, line: str) -> str:
     """Append ``megaprov: LINE at TIME`` to the job's events (as the owner of the job directory) and return it."""
     text = f"megaprov: {values.printable(line)} at {follow.utc_now()}"
-    path = job.local_dir / EVENTS
+    path = job.local_dir / render.ELASTIC_EVENTS
     with as_owner_of(job.local_dir):
         with path.open("a") as fh:
             fh.write(text + "\n")
-    jobdir.push(job.local_dir, EVENTS)
+    jobdir.push(job.local_dir, render.ELASTIC_EVENTS)
     return text
 
 
-def events(job: Job) -> list[str]:
-    """The job's elastic events (the cluster user can write the file: read bounded, shown as text)."""
-    try:
-        text = untrusted.read_text(job.local_dir / EVENTS, "elastic events", 1 << 20, untrusted.job_root(job.local_dir), tail=True, strict=False)
-    except UsageError:
-        return []
-    return [values.printable(line.removeprefix("megaprov: ")) for line in text.splitlines() if line.startswith("megaprov: ")]
-
-
-def unhealthy(job: Job, since: float) -> set[str]:
-    """Nodes of the job with error findings in a ``megaprov doctor`` run made after ``since`` (epoch seconds)."""
+def unhealthy(job: Job, since: float = 0.0) -> set[str]:
+    """Nodes with error findings in the cluster's last ``megaprov doctor`` run, if that run was made after ``since``
+    (epoch seconds; 0: whenever it ran, within the day its findings hold)."""
     from megaprov.ops.doctor import health
 
     nodes, age = health.unhealthy_nodes(str(job.inventory))
     if age is None or time.time() - age < since:
         return set()
-    return set(nodes) & set(job.hosts)
+    return set(nodes)
 
 
 def probe(job: Job, since: float, hosts: list[str] | None = None) -> Probe:
@@ -193,7 +184,7 @@ def grow_systemd(job: Job, spec: JobSpec, report: Reporter) -> tuple[list[str], 
         raise UsageError(f"job {job.name} runs on all {len(job.hosts)} of its nodes", "nothing to grow")
     asked = plays.run("job_status.yml", job.inventory, {"megaprov_job": job.vars(hosts=everyone)}, SILENT, len(everyone))
     down = {f.host for f in asked.failures if f.unreachable}
-    bad = unhealthy_any(job)
+    bad = unhealthy(job)
     back = [h for h in missing if h not in down and h not in bad]
     if not back:
         why = ", ".join(f"{h} ({'unreachable' if h in down else 'error findings of megaprov doctor'})" for h in missing)
@@ -215,14 +206,6 @@ def grow_systemd(job: Job, spec: JobSpec, report: Reporter) -> tuple[list[str], 
         relaunch(job, spec, before, f"the grow failed: back on {len(before)} nodes", report, [])
         raise
     return before, target_hosts
-
-
-def unhealthy_any(job: Job) -> set[str]:
-    """Nodes with error findings in the last doctor run of the job's cluster (whenever it ran, within a day)."""
-    from megaprov.ops.doctor import health
-
-    nodes, _ = health.unhealthy_nodes(str(job.inventory))
-    return set(nodes)
 
 
 class Watch:

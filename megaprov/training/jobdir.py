@@ -217,3 +217,16 @@ def push(local_dir: Path, *names: str) -> None:
         answer = conn.call(op="write", path=f"{local_dir.name}/{rel}", data=base64.b64encode(path.read_bytes()).decode())
         if not answer.get("ok"):
             raise RunFailed(f"the head did not take {local_dir.name}/{rel}: {answer.get('error')}", "check the shared directory on the head")
+
+
+def event_lines(job: Any, relative: str, what: str, prefix: str) -> list[str]:
+    """A launcher's own lines about the job from ``relative`` in its directory (the cluster user can write the file:
+    read bounded and from its end, a link or FIFO refused), those that start with ``prefix``, shown as text."""
+    from megaprov import untrusted
+    from megaprov.errors import UsageError
+
+    try:
+        text = untrusted.read_text(job.local_dir / relative, what, 1 << 20, untrusted.job_root(job.local_dir), tail=True, strict=False)
+    except UsageError:
+        return []
+    return [values.printable(line.removeprefix("megaprov: ")) for line in text.splitlines() if line.startswith(prefix)]

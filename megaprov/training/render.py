@@ -645,6 +645,7 @@ SLURM_JOBS_FILE = "launch/slurm-jobs"  # the ids of the continuations, one per l
 SLURM_NODES_FILE = "launch/nodes"  # the current allocation's nodes, one per line (the follower reads their logs)
 SLURM_GROW_FILE = "launch/grow"  # megaprov job grow (launch.elastic): the batch script's next signal is a grow, not the time limit
 SLURM_EVENTS = "logs/slurm.log"  # the batch script's lines: each allocation, continuation and end
+ELASTIC_EVENTS = "logs/elastic.log"  # launch.elastic under systemd: each change of the job's nodes, one line
 
 
 def slurm_seconds(text: str) -> int:

@@ -19,7 +19,7 @@ from megaprov.cluster import inventory as inv
 from megaprov.cluster import plays, runner
 from megaprov.errors import RunFailed, UsageError
 from megaprov.output import SILENT, Reporter
-from megaprov.training import jobmeta, render
+from megaprov.training import jobdir, jobmeta, render
 
 if TYPE_CHECKING:
     from megaprov.training.follow import JobLog
@@ -251,12 +251,7 @@ class SlurmLauncher:
 
 
 def _events(job: Job) -> list[str]:
-    path = job.local_dir / render.SLURM_EVENTS
-    try:
-        text = untrusted.read_text(path, "Slurm events", 1 << 20, untrusted.job_root(job.local_dir), tail=True, strict=False)
-    except UsageError:
-        return []
-    return [values.printable(line.removeprefix("megaprov: ")) for line in text.splitlines() if line.startswith("megaprov: slurm job")]
+    return jobdir.event_lines(job, render.SLURM_EVENTS, "Slurm events", "megaprov: slurm job")
 
 
 def _grace(job: Job) -> int:

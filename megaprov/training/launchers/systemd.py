@@ -12,7 +12,7 @@ from megaprov import values
 from megaprov.cluster import inventory as inv
 from megaprov.cluster import plays, runner
 from megaprov.output import SILENT, Reporter
-from megaprov.training import render
+from megaprov.training import jobdir, render
 
 if TYPE_CHECKING:
     from megaprov.training.follow import JobLog
@@ -165,8 +165,9 @@ class SystemdLauncher:
         return job.unit
 
     def events(self, job: Job) -> list[str]:
-        """The units keep no story of their own beyond the node logs."""
-        return []
+        """The units keep no story of their own beyond the node logs; an elastic job's changes of nodes are its lines
+        (logs/elastic.log, written by the follower and `megaprov job grow`)."""
+        return jobdir.event_lines(job, render.ELASTIC_EVENTS, "elastic events", "megaprov: job ")
 
     def log_hosts(self, job: Job) -> list[str]:
         return list(job.hosts)

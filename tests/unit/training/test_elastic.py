@@ -617,3 +617,22 @@ def test_a_quiet_job_is_not_grown_and_a_still_lost_node_stays_out(tmp_path, monk
     assert watch.check(log) is None and asked == [None]
     watch.restarting = True
     assert watch.check(log) is None and asked == [None, None, ["node3"]] and relaunched == []
+
+
+def test_the_systemd_launchers_story_is_the_elastic_events(tmp_path, monkeypatch):
+    """What the follower and `job grow` write is what the launcher tells reasons and reports (read as the cluster
+    user's file: other lines are not the launcher's, control characters are shown)."""
+    from types import SimpleNamespace
+
+    from megaprov.training.launchers import systemd
+
+    job = SimpleNamespace(name="el", local_dir=tmp_path)
+    (tmp_path / "logs").mkdir()
+    monkeypatch.setattr(elastic.jobdir, "push", lambda *a: None)
+    monkeypatch.setattr(elastic, "as_owner_of", lambda d: __import__("contextlib").nullcontext())
+    assert systemd.SystemdLauncher().events(job) == []
+    line = elastic.event(job, "job el lost node3 (unreachable): continues on 2 node(s)\x1b[2J")
+    with (tmp_path / "logs" / "elastic.log").open("a") as fh:
+        fh.write("planted by the cluster user\n")
+    [said] = systemd.SystemdLauncher().events(job)
+    assert said == line.removeprefix("megaprov: ") and "\x1b" not in said and said.startswith("job el lost node3 (unreachable)")
