@@ -206,7 +206,8 @@ def tunnel_argv(found: inv.Inventory, local_port: int, host: str, port: int) -> 
     """ssh to the head with the inventory's connection settings, forwarding a local port to Prometheus. Pure."""
     from megaprov.cluster.sshcmd import ssh_argv
 
-    return ssh_argv(found, found.head, "-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local_port}:{host}:{port}")
+    remote = f"[{host}]" if ":" in host else host  # ssh reads an IPv6 address in -L only inside brackets
+    return ssh_argv(found, found.head, "-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local_port}:{remote}:{port}")
 
 
 def _free_port() -> int:
@@ -293,10 +294,11 @@ def ask(url: str, expr: str) -> list[dict[str, Any]]:
         doc = json.loads(body)
     except ValueError:
         raise RunFailed(f"top: {url} does not answer as Prometheus does (not JSON)", "pass --url with Prometheus's address") from None
-    if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data", {}).get("result"), list):
+    data = doc.get("data") if isinstance(doc, dict) else None  # "data" may be anything in an answer that is not Prometheus's
+    if not isinstance(data, dict) or doc.get("status") != "success" or not isinstance(data.get("result"), list):
         raise RunFailed(f"top: Prometheus at {url} refused {expr}: {values.printable(str(doc)[:200])}", "check its version (2.x) and --url")
     # Each sample an object whose labels are an object (a hostile answer gets no further than this)
-    return [r for r in doc["data"]["result"] if isinstance(r, dict) and isinstance(r.get("metric", {}), dict)]
+    return [r for r in data["result"] if isinstance(r, dict) and isinstance(r.get("metric", {}), dict)]
 
 
 def snapshot(url: str) -> Snapshot:
@@ -332,12 +334,13 @@ def render(snap: Snapshot) -> Any:
             Text(_pct(n.gpu_mem)),
         )
     jobs = Table(title="running jobs", title_justify="left")
-    for column in ("job", "iteration", "loss", "tokens/s", "of plan", "last iteration", "restarts"):
+    for column in ("job", "node", "iteration", "loss", "tokens/s", "of plan", "last iteration", "restarts"):  # a job runs on several nodes
         jobs.add_column(column)
     for j in snap.jobs:
         share = j.tokens_per_second / j.expected if j.tokens_per_second is not None and j.expected else None
         jobs.add_row(
             Text(values.printable(j.job)),
+            Text(values.printable(j.node)),
             Text(f"{j.iteration}/{j.total}" if j.total else str(j.iteration)),
             Text(_num(j.loss, "{:.3f}")),
             Text(_num(j.tokens_per_second)),

@@ -681,22 +681,30 @@ def conclude(
     return judged, report, paths
 
 
-def _epoch(stamp: str) -> float:
+def _epoch(stamp: str) -> float | None:
+    """A start line's stamp as seconds since the epoch; None for one that is not a time (the stamp is what the node's
+    `date` printed into the cluster user's log: a date without %N prints "%3N")."""
     from datetime import datetime
 
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def first_start_seconds(log: follow.JobLog, since_epoch: float) -> dict[str, Any]:
     """Launch timing: megaprov -> torchrun started (node clocks; on the first node and on every node) -> first iteration read."""
-    stamps = [_epoch(s) for starts in log.starts.values() for s in starts]
-    stamps = [s for s in stamps if s >= since_epoch - 1]  # this launch's, not those of earlier attempts
+
+    def this_launch(starts: list[str]) -> list[float]:  # this launch's, not those of earlier attempts
+        return [t for t in (_epoch(s) for s in starts) if t is not None and t >= since_epoch - 1]
+
+    stamps = [t for starts in log.starts.values() for t in this_launch(starts)]
     out: dict[str, Any] = {}
     if stamps:
         first = min(stamps)
         out["megaprov_to_torchrun_start_s"] = round(first - since_epoch, 2)
         # every node's torchrun of this launch: its first start on each node, the latest of those
-        per_node = [min(t) for t in ([s for s in (_epoch(x) for x in starts) if s >= since_epoch - 1] for starts in log.starts.values()) if t]
+        per_node = [min(t) for t in (this_launch(starts) for starts in log.starts.values()) if t]
         out["megaprov_to_torchrun_started_everywhere_s"] = round(max(per_node) - since_epoch, 2)
         firsts = [it.seen for it in log.series() if it.attempt == 0][:1]
         if firsts:

@@ -182,4 +182,6 @@ def gave_up(units: Mapping[str, Mapping[str, str]], hosts: list[str], log: JobLo
     if any(u.get("ActiveState") in going for u in units.values()):
         return None
     failed = ", ".join(f"{h} ({log.node_state(h)})" for h in hosts if log.node_state(h) != "exited-0")
+    if not failed:  # every node exited 0 short of the last iteration: Restart=on-failure does not start a clean exit again
+        return f"torchrun exited with 0 on every node ({', '.join(hosts)}) before training finished, and the units do not restart a clean exit"
     return f"torchrun ended on {failed} and the units gave up"
