@@ -550,7 +550,7 @@ def follow_job(
                     states = [log.node_state(h) for h in hosts]
                     if hosts and all(s == "exited-0" for s in states) and log.total and log.furthest >= log.total:
                         return Outcome("finished", log)
-                    return Outcome("failed", log, f"{found.describe()}; " + "; ".join(launcher.events(job)[-2:]))
+                    return Outcome("failed", log, "; ".join([found.describe(), *launcher.events(job)[-2:]]))
             if watch is not None and watch.due(log, states, time.monotonic() - last_news):
                 changed = watch.check(log)
                 if changed is not None:
@@ -740,7 +740,8 @@ def settle(job: Job, units: dict[str, dict[str, str]] | None = None) -> bool:
 
         if slurm.get("state") in ALIVE:
             return False
-        outcome = Outcome("failed", log, f"slurm job {slurm.get('slurm_job_id')} {slurm.get('state')}: " + "; ".join(launcher_events(job)[-2:]))
+        said = "; ".join(launcher_events(job)[-2:])
+        outcome = Outcome("failed", log, f"slurm job {slurm.get('slurm_job_id')} {slurm.get('state')}" + (f": {said}" if said else ""))
     elif units is not None and all(s.startswith(("exited", "failed")) for s in states):
         # judged only once no unit is stopping either (its ExecStop may still be saving the checkpoint)
         reason = systemd.gave_up({h: units.get(h, {}) for h in job.hosts}, job.hosts, log, systemd.WILL_RUN + ("deactivating",))

@@ -247,7 +247,7 @@ class SlurmLauncher:
         found = self.state(job, report=SILENT)
         if found.alive:
             return None
-        return f"{found.describe()}; " + "; ".join(_events(job)[-2:])
+        return "; ".join([found.describe(), *_events(job)[-2:]])
 
 
 def _events(job: Job) -> list[str]:
