@@ -40,3 +40,9 @@ def test_a_run_is_recorded_per_module_and_listed(tmp_path, capsys):
     assert b.list_modules(table) == 0
     out = capsys.readouterr().out
     assert "planner                 91.8%  90/98" in out and f"2 of {len(b.MODULES)} modules measured" in out and "render" in out
+    # a run over fewer tests than the fast tiers is a lower bound: the listing names its selection
+    assert ", tests: tests/unit)" in out
+    b.record(table, [(again, [])], {"values": b.MODULES["values"]}, b.FAST_TIERS)
+    b.list_modules(table)
+    listed = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "tests:" not in listed["values"] and "tests: tests/unit)" in listed["planner"]
