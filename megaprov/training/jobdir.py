@@ -17,6 +17,7 @@ import json
 import select
 import shlex
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,14 @@ def is_remote(local_dir: Path) -> bool:
     return _mirror_of(local_dir) is not None
 
 
+def helper_command(python: str, root: str) -> list[str]:
+    """The argv that runs the helper program (jobdir_helper.py) with ``python`` on the head, its jobs directory
+    ``root`` as its argument. The program travels inside the command line, compressed: one argument of Linux's
+    at most 128 KiB (MAX_ARG_STRLEN) holds it whatever it grows to, and nothing is written on the head first."""
+    packed = base64.b64encode(zlib.compress(HELPER.read_bytes(), 9)).decode("ascii")
+    return [python, "-c", f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))", root]
+
+
 class Channel:
     """One SSH connection to the head running the helper as the cluster user; one JSON request and answer per line."""
 
@@ -70,7 +79,7 @@ class Channel:
         if "{{" in python or python.startswith("auto"):  # a template, or Ansible's own discovery (auto, auto_silent, ...)
             python = "python3"
         login = str(found.host_var(head, "ansible_user", "") or "")
-        command = [python, "-c", HELPER.read_text(), f"{shared.rstrip('/')}/jobs"]
+        command = helper_command(python, f"{shared.rstrip('/')}/jobs")
         if login == "root":
             command = ["runuser", "-u", user, "--", *command]
         elif login != user:

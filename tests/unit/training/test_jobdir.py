@@ -18,7 +18,7 @@ class LocalChannel(jobdir.Channel):
     def __init__(self, root: Path) -> None:
         self.head = "head"
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", jobdir.HELPER.read_text(), str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            jobdir.helper_command(sys.executable, str(root)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
         self._line()
 
