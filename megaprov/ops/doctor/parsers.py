@@ -146,7 +146,8 @@ def _rate(text: str) -> float | None:
 
 def sysfs_ports(found: dict[str, dict[str, dict[str, Any]]]) -> list[IbPort]:
     """The probe's sysfs reading of /sys/class/infiniband (state '4: ACTIVE', rate '400 Gb/sec (4X NDR)') as ports."""
-    names = {"ACTIVE": "Active", "DOWN": "Down", "INIT": "Initializing", "ARMED": "Armed", "POLLING": "Polling"}
+    # ibstat's words: ACTIVE, DOWN, ARMED and POLLING title-cased; INIT is the one it spells out
+    names = {"INIT": "Initializing"}
     out = []
     for ca, by_port in sorted(found.items()):
         for port, value in sorted(by_port.items()):
