@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from megaprov.errors import UsageError
 from megaprov.output import SILENT
 from megaprov.training import elastic, follow, jobdir, jobs, jobspec, nodefacts, planner, render, verdict
 from megaprov.training.launchers.slurm import SlurmLauncher, SlurmState
+from tests.unit.training.test_jobdir import LocalChannel  # the head's helper over a pipe
 
 ROOT = Path(__file__).resolve().parents[3]
 JOBS = ROOT / "examples" / "jobs"
@@ -491,17 +490,6 @@ def test_a_slurm_job_over_before_its_nodes_logged_the_last_iteration_failed(tmp_
 
 
 # ---- through the head (a controller without the shared mount: megaprov.training.jobdir's mirror)
-
-
-class LocalChannel(jobdir.Channel):
-    """The helper the head runs, run here over a pipe on the head's <shared>/jobs (the same protocol as over SSH)."""
-
-    def __init__(self, root: Path) -> None:
-        self.head = "head"
-        self.proc = subprocess.Popen(
-            jobdir.helper_command(sys.executable, str(root)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        self._line()
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -34,6 +32,7 @@ from megaprov.training import follow, jobdir, jobmeta, jobs, jobview, planner, r
 from megaprov.training.jobspec import JobSpec
 from megaprov.training.launchers import slurm, systemd
 from tests.conftest import load_module
+from tests.unit.training.test_jobdir import LocalChannel  # the head's helper over a pipe
 
 ROOT = Path(__file__).resolve().parents[3]
 JOBS = ROOT / "examples" / "jobs"
@@ -632,17 +631,6 @@ def test_job_files_too_large_to_travel_are_refused_before_any_play(tmp_path, mnt
 # ---- a controller without the mount: the job directory through the head
 
 HEAD_SHARED = "/cluster/shared"  # the shared directory of the nodes and the head; not mounted on this machine
-
-
-class LocalChannel(jobdir.Channel):
-    """The head's helper run here over a pipe, on a directory standing in for the head's <shared>/jobs."""
-
-    def __init__(self, root: Path) -> None:
-        self.head = "head"
-        self.proc = subprocess.Popen(
-            jobdir.helper_command(sys.executable, str(root)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-        self._line()
 
 
 @pytest.fixture
