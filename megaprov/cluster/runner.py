@@ -234,7 +234,9 @@ def _seconds(start: str | None, end: str | None) -> tuple[float, float] | None:
         return None
 
 
-def _epoch(stamp: Any) -> float | None:
+def epoch(stamp: Any) -> float | None:
+    """An ISO 8601 stamp (an event's, a node log's start line) as seconds since the epoch; None for anything that is
+    not one (a node's `date` without %N prints "%3N")."""
     if not isinstance(stamp, str):
         return None
     try:
@@ -279,7 +281,7 @@ class EventFolder:
         data = event.get("event_data") or {}
         if kind == "playbook_on_play_start":
             self.play = data.get("play", "")
-            created = _epoch(event.get("created"))
+            created = epoch(event.get("created"))
             if created is not None:
                 self.plays.append((self.play, created))
         host = data.get("host")

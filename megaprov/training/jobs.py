@@ -24,6 +24,7 @@ from typing import Any
 
 from megaprov import paths, untrusted, values
 from megaprov.cluster import inventory as inv
+from megaprov.cluster import runner
 from megaprov.errors import EnvironmentProblem, UsageError
 from megaprov.output import SHOWN, SILENT, Reporter
 from megaprov.owner import as_owner_of
@@ -681,30 +682,20 @@ def conclude(
     return judged, report, paths
 
 
-def _epoch(stamp: str) -> float | None:
-    """A start line's stamp as seconds since the epoch; None for one that is not a time (the stamp is what the node's
-    `date` printed into the cluster user's log: a date without %N prints "%3N")."""
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def first_start_seconds(log: follow.JobLog, since_epoch: float) -> dict[str, Any]:
     """Launch timing: megaprov -> torchrun started (node clocks; on the first node and on every node) -> first iteration read."""
 
-    def this_launch(starts: list[str]) -> list[float]:  # this launch's, not those of earlier attempts
-        return [t for t in (_epoch(s) for s in starts) if t is not None and t >= since_epoch - 1]
-
-    stamps = [t for starts in log.starts.values() for t in this_launch(starts)]
+    # each node's first torchrun start of this launch (not those of earlier attempts; a stamp that is no time is skipped)
+    per_node = []
+    for starts in log.starts.values():
+        stamps = [t for t in (runner.epoch(s) for s in starts) if t is not None and t >= since_epoch - 1]
+        if stamps:
+            per_node.append(min(stamps))
     out: dict[str, Any] = {}
-    if stamps:
-        first = min(stamps)
+    if per_node:
+        first = min(per_node)
         out["megaprov_to_torchrun_start_s"] = round(first - since_epoch, 2)
-        # every node's torchrun of this launch: its first start on each node, the latest of those
-        per_node = [min(t) for t in (this_launch(starts) for starts in log.starts.values()) if t]
+        # every node's torchrun of this launch: the latest of their first starts
         out["megaprov_to_torchrun_started_everywhere_s"] = round(max(per_node) - since_epoch, 2)
         firsts = [it.seen for it in log.series() if it.attempt == 0][:1]
         if firsts:

@@ -1041,12 +1041,12 @@ def iteration(log: follow.JobLog, host: str, i: int, seen: float) -> None:
     ],
 )
 def test_a_stamp_is_read_as_utc(stamp, seconds):
-    assert jobs._epoch(stamp) == seconds
+    assert runner.epoch(stamp) == seconds
 
 
 @pytest.mark.parametrize("stamp", ["", "yesterday", "2026-12-02T10:00:01.%3NZ", "2026-12-02T10:00:01z", "2026-12-02 10:00:01 UTC"])
 def test_anything_else_is_not_a_stamp(stamp):
-    assert jobs._epoch(stamp) is None
+    assert runner.epoch(stamp) is None
 
 
 def test_launch_timing_counts_this_launchs_starts_only():
