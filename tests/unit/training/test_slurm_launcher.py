@@ -28,6 +28,7 @@ from megaprov.output import SILENT, Reporter
 from megaprov.training import follow, jobs, nodefacts, planner, render
 from megaprov.training.jobspec import parse
 from megaprov.training.launchers import slurm
+from tests.unit.training.test_task_names import folded
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOK = ROOT / "ansible_collections" / "megaprov" / "cluster" / "playbooks" / "job_slurm.yml"
@@ -179,21 +180,7 @@ def plays(monkeypatch):
         answer = answers.get(extravars["megaprov_job"]["action"], _events(SLURM_ANSWERS))
         if isinstance(answer, runner.RunResult):
             return answer
-        folder = runner.EventFolder(collect)
-        for event in answer:
-            folder(event)
-        failed = bool(folder.failures)
-        return runner.RunResult(
-            "failed" if failed else "successful",
-            2 if failed else 0,
-            folder.host_stats(),
-            folder.failures,
-            folder.results,
-            ARTIFACTS,
-            1.0,
-            data=folder.data,
-            stats_seen=folder.stats_seen,
-        )
+        return folded(answer, collect, ARTIFACTS)
 
     monkeypatch.setattr(cluster_plays, "run", run)
     return calls, answers

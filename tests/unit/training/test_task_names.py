@@ -64,6 +64,25 @@ def _events(steps: list[tuple[str, str, str, dict[str, Any]]], said: dict[str, A
     return events
 
 
+def folded(events: list[dict[str, Any]], collect: tuple[str, ...], artifacts: Path) -> runner.RunResult:
+    """The result ansible-runner's events make, folded by the runner's own EventFolder as a real run folds them."""
+    folder = runner.EventFolder(collect)
+    for event in events:
+        folder(event)
+    failed = bool(folder.failures)
+    return runner.RunResult(
+        "failed" if failed else "successful",
+        2 if failed else 0,
+        folder.host_stats(),
+        folder.failures,
+        folder.results,
+        artifacts,
+        1.0,
+        data=folder.data,
+        stats_seen=folder.stats_seen,
+    )
+
+
 def _renamed(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     names: dict[str, str] = {}
     out = []
@@ -89,21 +108,7 @@ def _outcome(monkeypatch, streams: dict[str, list[dict[str, Any]]], act) -> tupl
 
     def play(playbook, inventory, extravars, report, hosts, collect=(), strategy="linear"):
         ran.append(playbook)
-        folder = runner.EventFolder(collect)
-        for event in streams.get(playbook, _events([], {})):
-            folder(event)
-        failed = bool(folder.failures)
-        return runner.RunResult(
-            "failed" if failed else "successful",
-            2 if failed else 0,
-            folder.host_stats(),
-            folder.failures,
-            folder.results,
-            Path("/r"),
-            1.0,
-            data=folder.data,
-            stats_seen=folder.stats_seen,
-        )
+        return folded(streams.get(playbook, _events([], {})), collect, Path("/r"))
 
     monkeypatch.setattr(plays, "run", play)
     monkeypatch.setattr(slurm.inv, "load", lambda *a, **k: None)
