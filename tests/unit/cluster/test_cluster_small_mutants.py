@@ -3,24 +3,15 @@ file and the fact-cache reader."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from ansible_collections.megaprov.cluster.plugins.filter import nfs_network
 from megaprov.cluster import factcache, history
 from megaprov.paths import fact_cache_dir
-
-ROOT = Path(__file__).resolve().parents[3]
-_SPEC = importlib.util.spec_from_file_location(
-    "nfs_network_small_mutants", ROOT / "ansible_collections/megaprov/cluster/plugins/filter/nfs_network.py"
-)
-assert _SPEC and _SPEC.loader
-nfs_network = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(nfs_network)
-
 
 # --- nfs_supernet -------------------------------------------------------------------------------------------------
 
