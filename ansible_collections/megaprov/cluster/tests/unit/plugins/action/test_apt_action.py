@@ -164,3 +164,38 @@ def test_a_probe_answer_without_stdout_counts_as_nothing_installed():
     plugin._low_level_execute_command = silent
     plugin.run(task_vars={})
     assert [c[0] for c in node.commands] == [apt_fast.query_argv({"rsync": None, "python3-apt": None}), apt_fast.PYTHON_APT_INSTALL]
+
+
+def test_a_failed_install_quotes_only_the_last_of_several_lines():
+    node = Node(rows="", install={"rc": 100, "stderr": "W: one\nW: two\nE: Sub-process /usr/bin/dpkg returned an error code (1)\n"})
+    result = action({"name": ["rsync"]}, node).run(task_vars={})
+    assert (
+        result["msg"]
+        == "apt-get could not install python3-apt (ansible.builtin.apt needs it): E: Sub-process /usr/bin/dpkg returned an error code (1)"
+    )
+
+
+def test_a_python3_apt_query_without_stdout_counts_as_missing():
+    """Outside the fast path (state=latest) the second query alone asks for python3-apt: an answer without stdout is
+    not an error, python3-apt is installed."""
+    node = Node()
+
+    def silent(cmd, sudoable=True, **kwargs):
+        node.commands.append((cmd, sudoable))
+        return {"rc": 0} if cmd.startswith("dpkg-query") else {"rc": 0, "stdout": ""}
+
+    plugin = action({"name": ["rsync"], "state": "latest"}, node)
+    plugin._low_level_execute_command = silent
+    plugin.run(task_vars={})
+    assert [c[0] for c in node.commands] == [apt_fast.query_argv({"python3-apt": None}), apt_fast.PYTHON_APT_INSTALL]
+
+
+def test_the_plugin_runs_without_the_base_classs_deprecation_warning(monkeypatch):
+    """ActionBase.run warns when handed a tmp directory (deprecated): the plugin passes on the None it was given."""
+    from ansible.plugins import action as action_base
+
+    warned = []
+    monkeypatch.setattr(action_base.display, "warning", lambda msg, *args, **kwargs: warned.append(msg))
+    node = Node(rows=PYTHON_APT_ROW)
+    action({"name": ["rsync"]}, node).run(task_vars={"inventory_hostname": "n1"})
+    assert warned == []
