@@ -181,3 +181,18 @@ def test_no_python_decides_on_a_task_name():
 )
 def test_the_check_tells_a_decision_from_a_display(source, decides):
     assert bool(list(_decisions_on_task_names(ast.parse(source)))) == decides
+
+
+# Domain code reports through a Reporter (megaprov.output, tests/unit/core/test_reporter.py), never through quiet flags.
+def test_no_function_of_the_package_takes_a_quiet_flag():
+    # RunProgress is the renderer the reporter drives: the one place that may say "quiet"
+    found = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = [a.arg for a in (*node.args.args, *node.args.kwonlyargs)]
+                if "quiet" in names and not (path.name == "output.py" and node.name == "__init__"):
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "quiet":
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} a field")
+    assert found == []
