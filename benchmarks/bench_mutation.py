@@ -108,7 +108,7 @@ def configure(dest: Path, paths: list[str], tests: list[str]) -> None:
         f"source_paths = {json.dumps(sources)}\n"
         f"only_mutate = {json.dumps(paths)}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "-m", "not slow and not sync"]\n'
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "megaprov_mutation_hits", "-q", "-x", "-m", "not slow and not sync"]\n'
         f"also_copy = {json.dumps(also)}\n"
         "use_git_change_detection = false\n"
     )
@@ -239,7 +239,13 @@ def main() -> int:
         scratch_copy(workdir)
         configure(workdir, list(chosen.values()), args.tests)
         start = time.monotonic()
-        env = {**os.environ, "NO_COLOR": "1", "MEGAPROV_MUTATION": "1"}
+        # A test's subprocesses tell which functions they called (benchmarks/mutation_hooks): without them a function
+        # that tests reach only through a subprocess would count as tested by none.
+        hits = workdir / "hits"
+        hits.mkdir()
+        hooks = str(workdir / "benchmarks" / "mutation_hooks")
+        pythonpath = os.pathsep.join(filter(None, [hooks, os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "NO_COLOR": "1", "MEGAPROV_MUTATION": "1", "PYTHONPATH": pythonpath, "MEGAPROV_MUTATION_HITS": str(hits)}
         proc = subprocess.run([str(mutmut), "run", "--max-children", str(args.jobs)], cwd=workdir, env=env, capture_output=True, text=True)
         elapsed = time.monotonic() - start
         if proc.returncode != 0 or not all((workdir / "mutants" / f"{p}.meta").exists() for p in chosen.values()):

@@ -46,3 +46,50 @@ def test_a_run_is_recorded_per_module_and_listed(tmp_path, capsys):
     b.list_modules(table)
     listed = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert "tests:" not in listed["values"] and "tests: tests/unit)" in listed["planner"]
+
+
+HOOKS = ROOT / "benchmarks" / "mutation_hooks"
+# a subprocess in which mutmut's trampolines recorded two calls (mutmut.state stood in: its state()._stats)
+CHILD = """
+import sys, types
+state = types.ModuleType("mutmut.state")
+record = types.SimpleNamespace(_stats={"megaprov.cli.x_main", "megaprov.paths.x_state_dir"})
+state.state = lambda: record
+sys.modules["mutmut.state"] = state
+"""
+
+
+def _child(tmp_path, mode):
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(HOOKS), "MUTANT_UNDER_TEST": mode, "MEGAPROV_MUTATION_HITS": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", CHILD], env=env, check=True, timeout=60)
+
+
+def test_a_subprocess_hands_the_calls_it_recorded_to_the_test_that_started_it(tmp_path, monkeypatch):
+    """While mutmut collects which tests call which function, a test's subprocess writes its calls at exit and the
+    plugin adds them to the test's before mutmut files them; outside that phase a subprocess writes nothing."""
+    import types
+
+    _child(tmp_path, "megaprov.cli.x_main__mutmut_3")
+    assert list(tmp_path.iterdir()) == []
+    _child(tmp_path, "stats")
+    [hits] = tmp_path.iterdir()
+    assert hits.suffix == ".hits" and sorted(hits.read_text().split()) == ["megaprov.cli.x_main", "megaprov.paths.x_state_dir"]
+
+    spec = importlib.util.spec_from_file_location("megaprov_mutation_hits", HOOKS / "megaprov_mutation_hits.py")
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    parent = types.SimpleNamespace(_stats={"megaprov.output.x_console"})
+    state = types.ModuleType("mutmut.state")
+    state.state = lambda: parent
+    monkeypatch.setitem(sys.modules, "mutmut.state", state)
+    monkeypatch.setenv("MEGAPROV_MUTATION_HITS", str(tmp_path))
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "")
+    plugin.pytest_runtest_teardown(None, None)
+    assert parent._stats == {"megaprov.output.x_console"} and hits.exists()  # only while stats are collected
+    monkeypatch.setenv("MUTANT_UNDER_TEST", "stats")
+    plugin.pytest_runtest_teardown(None, None)
+    assert parent._stats == {"megaprov.output.x_console", "megaprov.cli.x_main", "megaprov.paths.x_state_dir"}
+    assert list(tmp_path.iterdir()) == []
