@@ -84,13 +84,6 @@ class Rule:
         return self.pattern.search(line)
 
 
-def _gib(text: str) -> float | None:
-    m = _SIZE.match(text)
-    if not m:
-        return None
-    return float(m.group(1)) * {"": 1 / 2**30, "K": 1 / 2**20, "M": 1 / 2**10, "G": 1.0, "T": 1024.0}[m.group(2)]
-
-
 def _oom(m: re.Match[str], ctx: Context) -> tuple[str, str]:
     gpu = f" on GPU {m['gpu']}" if m["gpu"] else ""
     cause = f"a rank{gpu} asked for {m['ask']} more GPU memory"
@@ -428,7 +421,6 @@ _LOOPBACK = re.compile(r"127\.\d+\.\d+\.\d+")
 _LOOPBACK_WORD = re.compile(r"\b127\.\d+\.\d+\.\d+\b")
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
 _PEER_ADDRESS = re.compile(r"(?:to|from|peer) \[?([\w.:]+?)\]?<(\d+)>")
-_SIZE = re.compile(r"(?<![\d.])([\d.]+) ?([KMGT]?)i?B")  # from the start of a number: a search tries once per number
 
 
 def node_of(line: str) -> str:
