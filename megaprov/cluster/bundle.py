@@ -1252,7 +1252,7 @@ def build_apt(
     try:
         _run(["apt-get", "-q", "-y", "install", "--download-only", "--no-install-recommends", *request], "apt-get install --download-only", hint, env)
     except EnvironmentProblem as exc:
-        missing = re.search(r"(?:Unable to locate package|Package '?)([a-z0-9][a-z0-9+.-]*)", exc.message)
+        missing = re.search(r"(?:Unable to locate package |Package '?)([a-z0-9][a-z0-9+.-]*)", exc.message)
         group = next((g for g in contents.apt if missing and missing.group(1) in g.names), None)
         if group is not None and missing is not None:
             repositories = {"nvidia": "NVIDIA's repository", "toolkit": "NVIDIA's container toolkit repository"}
@@ -1354,6 +1354,10 @@ def build_images(references: Iterable[str], out: Path, progress: Progress = _qui
             held = subprocess.run(["podman", "image", "exists", names.pull], capture_output=True, timeout=120, check=False).returncode == 0
         except FileNotFoundError:
             raise EnvironmentProblem("--image: podman is not installed here", "apt-get install podman (it pulls and saves images)") from None
+        except subprocess.TimeoutExpired:
+            raise EnvironmentProblem(
+                f"--image {reference}: podman image exists did not answer in 120 s", "check podman on this machine (podman info)"
+            ) from None
         if not held:
             progress(f"images: pulling {names.pull}")
             _run(["podman", "pull", "--quiet", names.pull], f"--image {reference}: podman pull", hint, timeout=IMAGE_SECONDS)
