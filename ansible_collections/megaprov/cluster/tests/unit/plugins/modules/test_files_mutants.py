@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.megaprov.cluster.plugins.modules import files
 from ansible_collections.megaprov.cluster.tests.unit.plugins.modules.utils import run_module
-from tests.conftest import ROOT, load_module
-
-files = load_module(ROOT / "ansible_collections/megaprov/cluster/plugins/modules/files.py", "files_mutants")
 
 
 def run(capsys, entries, check_mode=False, diff=False):

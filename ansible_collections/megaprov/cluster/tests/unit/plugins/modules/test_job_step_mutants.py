@@ -17,10 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.megaprov.cluster.plugins.modules import job_step as step
 from ansible_collections.megaprov.cluster.tests.unit.plugins.modules.utils import run_module
-from tests.conftest import ROOT, load_module
-
-step = load_module(ROOT / "ansible_collections/megaprov/cluster/plugins/modules/job_step.py", "job_step_mutants")
 
 UNIT = "megaprov-job-j.service"
 PYTHON_MISSING = (
@@ -363,7 +361,7 @@ def test_start_writes_the_unit_reloads_and_restarts(units, tmp_path, capsys, mon
 def test_a_unit_file_that_differs_is_replaced_and_one_that_matches_is_left(units, tmp_path, capsys, monkeypatch):
     bin_dir(tmp_path, monkeypatch, {"systemctl": "exit 0"})
     (units / UNIT).write_text("old\n")
-    code, _ = run_module(step.main, start("new\n"), capsys)
+    code, _result = run_module(step.main, start("new\n"), capsys)
     assert code == 0 and (units / UNIT).read_text() == "new\n"
     inode = (units / UNIT).stat().st_ino
     code, result = run_module(step.main, start("new\n"), capsys)
@@ -373,7 +371,7 @@ def test_a_unit_file_that_differs_is_replaced_and_one_that_matches_is_left(units
 
 def test_an_empty_unit_is_written_empty(units, tmp_path, capsys, monkeypatch):
     bin_dir(tmp_path, monkeypatch, {"systemctl": "exit 0"})
-    code, _ = run_module(step.main, start(""), capsys)
+    code, _result = run_module(step.main, start(""), capsys)
     assert code == 0 and (units / UNIT).read_text() == ""
 
 

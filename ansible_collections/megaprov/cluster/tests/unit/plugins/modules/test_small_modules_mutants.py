@@ -10,12 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.megaprov.cluster.plugins.modules import ib_write_bw as bw
+from ansible_collections.megaprov.cluster.plugins.modules import slurm_node
 from ansible_collections.megaprov.cluster.tests.unit.plugins.modules.utils import run_module
-from tests.conftest import ROOT, load_module
-
-MODULES = ROOT / "ansible_collections/megaprov/cluster/plugins/modules"
-bw = load_module(MODULES / "ib_write_bw.py", "ib_write_bw_mutants")
-slurm_node = load_module(MODULES / "slurm_node.py", "slurm_node_mutants")
 
 # perftest's result table (ib_write_bw -D 5 -F --report_gbits), as the client prints it
 TABLE = """\
@@ -33,7 +30,7 @@ TABLE = """\
 
 
 def test_a_table_whose_result_row_never_came_has_no_figure():
-    cut = TABLE.split(" 65536")[0] + " Failed to complete run_iter_bw function successfully\n\n"
+    cut = TABLE.split(" 65536", maxsplit=1)[0] + " Failed to complete run_iter_bw function successfully\n\n"
     assert bw.parse_average_gbps(cut) is None
     assert bw.parse_average_gbps(TABLE) == 392.27
 

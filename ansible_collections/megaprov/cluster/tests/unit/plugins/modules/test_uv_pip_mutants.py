@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.megaprov.cluster.plugins.modules import uv_pip
 from ansible_collections.megaprov.cluster.tests.unit.plugins.modules.utils import run_module
-from tests.conftest import ROOT, load_module
-
-uv_pip = load_module(ROOT / "ansible_collections/megaprov/cluster/plugins/modules/uv_pip.py", "uv_pip_mutants")
 
 EMPTY = {"install": [], "uninstall": [], "reinstall": []}
 
