@@ -26,6 +26,7 @@ import pytest
 from megaprov.cli import main
 from megaprov.cluster import bundle
 from megaprov.errors import EnvironmentProblem, ExitCode, UsageError
+from tests.helpers.bounded import limited
 from tests.helpers.bundle import fake_bundle
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -75,19 +76,18 @@ BOMBS = {  # name -> (what repeats, members, what refuses it)
     "1 GiB of long lines": (b"Description: " + b"x" * (MIB // 2) + b"\n", 1, "more than 134,217,728 bytes expanded (MAX_PACKAGES_BYTES)"),
     "1 GiB in 64 members": (b"Description: " + b"y" * 4000 + b"\n", 64, "more than 134,217,728 bytes expanded (MAX_PACKAGES_BYTES)"),
 }
-# The child's address space may grow 512 MiB beyond what its imports took (under the mutation benchmark the imported
-# bundle carries every mutant, several times its own size): the bound is on the verification, not on the imports.
-CHILD = """
-import json, os, resource, sys
+# 512 MiB beyond what the child's imports took (tests.helpers.bounded).
+CHILD = limited(
+    """import json, sys
 from megaprov.cli import main
 from megaprov.cluster import bundle
-imported = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-resource.setrlimit(resource.RLIMIT_AS, (imported + (512 << 20), imported + (512 << 20)))
 for key, value in json.loads(sys.argv[3]).items():
     setattr(bundle, key, value)
 bundle.resolve = lambda *args: bundle.Contents(apt=(bundle.AptGroup("common_extra_packages", ("jq",)),))
 sys.exit(main(["bundle", "verify", sys.argv[1], "-i", sys.argv[2]]))
-"""
+""",
+    512 << 20,
+)
 
 
 def verify_in_child(directory: Path, bounds: dict[str, int] | None = None) -> tuple[int, str]:

@@ -22,6 +22,7 @@ import pytest
 from megaprov import untrusted
 from megaprov.errors import UsageError
 from megaprov.ops.doctor import findings, parsers, signatures, xid
+from tests.helpers.bounded import limited
 
 ROOT = Path(__file__).resolve().parents[3]
 GIB = 1 << 30
@@ -34,20 +35,6 @@ def iteration(i: int, loss: float = 5.0, ms: float = 100.0, total: int = 7000) -
         f" throughput per GPU (TFLOP/s/GPU): {40000 / ms:.1f} | learning rate: 3.000000E-04 | global batch size:     8 | lm loss: {loss:.6E} |"
         " loss scale: 1.0 | grad norm: 1.000 | number of skipped iterations:   0 | number of nan iterations:   0 |"
     )
-
-
-def limited(code: str, address_space: int) -> str:
-    """``code`` with an address-space limit set after its imports: it may grow ``address_space`` beyond what they took.
-    The bound is on the read or the analysis, not on the imports (under the mutation benchmark an imported module carries
-    every mutant, several times its own size)."""
-    lines = code.splitlines(keepends=True)
-    head = next((i for i, line in enumerate(lines) if not line.startswith(("import ", "from "))), len(lines))
-    limit = (
-        "import os as _os, resource as _resource\n"
-        f"_bound = int(open('/proc/self/statm').read().split()[0]) * _os.sysconf('SC_PAGE_SIZE') + {address_space}\n"
-        "_resource.setrlimit(_resource.RLIMIT_AS, (_bound, _bound))\n"
-    )
-    return "".join(lines[:head]) + limit + "".join(lines[head:])
 
 
 def run_isolated(code: str, *args: str, timeout: float = 120, address_space: int = GIB) -> subprocess.CompletedProcess[str]:
