@@ -216,7 +216,7 @@ def main() -> int:
     ap.add_argument("--module", action="append", choices=sorted(MODULES), help="a module to mutate (repeat; default: all)")
     ap.add_argument("--tests", nargs="+", default=FAST_TIERS, help="the test selection (default: the fast tiers and the collection's plugin tests)")
     ap.add_argument("--survivors", action="store_true", help="print the diff of every unexplained survivor")
-    ap.add_argument("--check", action="store_true", help=f"exit 1 when a module scores under {TARGET:.0%} or an equivalent entry is stale")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 when a module scores under {round(TARGET * 100)}%% or an equivalent entry is stale")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once")
     ap.add_argument("--keep", type=Path, help="run in this directory and keep it (default: a temporary one)")
     ap.add_argument("--record", type=Path, nargs="?", const=SCORES, help=f"merge the figures into this JSON table (default {SCORES.name})")

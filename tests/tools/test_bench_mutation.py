@@ -93,3 +93,12 @@ def test_a_subprocess_hands_the_calls_it_recorded_to_the_test_that_started_it(tm
     plugin.pytest_runtest_teardown(None, None)
     assert parent._stats == {"megaprov.output.x_console", "megaprov.cli.x_main", "megaprov.paths.x_state_dir"}
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_names_the_target_and_every_option():
+    """`--help` prints (argparse expands each option's help: a bare % in it used to end in a traceback)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_mutation.py"), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == ""
+    assert "scores under 85%" in done.stdout and all(f"--{o}" in done.stdout for o in ("module", "tests", "survivors", "check", "record", "list"))
