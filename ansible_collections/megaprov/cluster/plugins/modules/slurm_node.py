@@ -31,7 +31,9 @@ options:
     type: bool
     default: false
   root:
-    description: File system root under which dev/, sys/bus/pci/devices and the driver's version are read (tests use a fake tree).
+    description:
+      - File system root under which everything the module reads lies (dev/, sys/bus/pci/devices, sys/devices/system/cpu,
+        proc/driver/nvidia); tests use a fake tree.
     type: path
     default: /
   mem_reserve_mb:
@@ -227,8 +229,8 @@ def main():
         module.fail_json(msg="slurmd -C reports RealMemory=%d MB: less than 1 GB is left after slurm_mem_reserve_mb=%d" % (memory, reserve))
     node = {k: found[k] for k in KEYS}
     node["RealMemory"] = memory - reserve
-    minors = driver_minors()
-    topology = read_topology() if minors else {}
+    minors = driver_minors(os.path.join(p["root"], "proc/driver/nvidia/gpus"))
+    topology = read_topology(os.path.join(p["root"], "sys/devices/system/cpu")) if minors else {}
     devices, missing = [], []
     problem = empty_gres_problem(found["NodeName"], p["gpus"], gpus, pci_gpus, numbers, p["gpu_expected"])
     if problem:
@@ -241,7 +243,7 @@ def main():
         cores = ""
         if n in minors and topology:
             try:
-                with open("/sys/bus/pci/devices/%s/local_cpulist" % minors[n]) as f:
+                with open(os.path.join(p["root"], "sys/bus/pci/devices", minors[n], "local_cpulist")) as f:
                     cores = ranges(slurm_cores(topology, cpu_list(f.read())))
             except (OSError, ValueError):
                 cores = ""
