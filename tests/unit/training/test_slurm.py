@@ -196,8 +196,14 @@ def test_sinfo_and_node_gres_are_read_as_slurm_prints_them():
         "NodeName=node1 Arch=x86_64 CoresPerSocket=2  CPUAlloc=0 Gres=gpu:2 NodeAddr=10.90.154.2 State=IDLE\n"
         "NodeName=node2 Arch=x86_64 Gres=gpu:h100:8(S:0-1) State=IDLE\n"
         "NodeName=node3 Arch=x86_64 Gres=(null) State=IDLE\n"
+        "NodeName=node4 Arch=x86_64 State=IDLE\n"  # no Gres word at all
+        "NodeName=node5 Gres= State=IDLE\n"
+        "Arch=x86_64 Gres=gpu:1\n"  # no node name: not a node's line
     )
-    assert slurm_check.parse_gres(shown) == {"node1": "gpu:2", "node2": "gpu:h100:8", "node3": ""}
+    assert slurm_check.parse_gres(shown) == {"node1": "gpu:2", "node2": "gpu:h100:8", "node3": "", "node4": "", "node5": ""}
+    # a reason may hold the separator; lines of another shape and an empty node name are not nodes
+    text = "node1|drained|megaprov health: nvidia-smi|pipe\nnode2|idle\njunk\n|idle|none\n  node3|mixed|none  \n"
+    assert slurm_check.parse_sinfo(text) == {"node1": ("drained", "megaprov health: nvidia-smi|pipe"), "node3": ("mixed", "")}
 
 
 def test_the_lab_gives_each_node_stand_in_gpu_devices_for_gres():

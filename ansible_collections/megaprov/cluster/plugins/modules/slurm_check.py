@@ -103,8 +103,8 @@ def parse_gres(text):
     for line in text.splitlines():
         fields = dict(word.partition("=")[::2] for word in line.split() if "=" in word)
         if "NodeName" in fields:
-            gres = fields.get("Gres", "")
-            out[fields["NodeName"]] = "" if gres in ("(null)", "") else gres.split("(")[0]
+            # "gpu:h100:8(S:0-1)" -> "gpu:h100:8"; Slurm's "(null)", an empty value or no Gres word at all -> ""
+            out[fields["NodeName"]] = fields.get("Gres", "").split("(")[0]
     return out
 
 
