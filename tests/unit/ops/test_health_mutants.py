@@ -18,6 +18,7 @@ from megaprov.errors import HostsUnreachable, RunFailed, UsageError
 from megaprov.ops.doctor import health
 from megaprov.ops.doctor.findings import CODES, Report, finding
 from megaprov.output import SILENT
+from tests.helpers.plays import Play
 from tests.unit.ops.test_doctor_health import FACTS, REMAP_FIELDS, SMI_FIELDS, codes, one, probe, remap_rows, smi, smi_rows
 
 
@@ -415,20 +416,6 @@ def test_thresholds_at_their_bounds_are_taken(tmp_path):
     assert got.thresholds.min_free_gib == {"shared": 1e9, "scratch": 0.0} and got.thresholds.min_free_percent == 100.0
     assert health.cluster_facts(found, {"doctor_min_free_percent": "150e-1"}).thresholds.min_free_percent == 15.0
     assert health.cluster_facts(found, {"doctor_clock_skew_s": 200}).thresholds.clock_skew_s == 200.0
-
-
-class Play:
-    """ansible-runner replaced: records each run's spec and answers with the given results."""
-
-    def __init__(self, tmp_path: Path, results: list[runner.TaskResult], failures: list[runner.Failure] | None = None, **over: Any):
-        self.specs: list[runner.RunSpec] = []
-        self.collect: list[tuple[str, ...]] = []
-        self.answer = runner.RunResult("successful", 0, [], failures or [], results, tmp_path / "artifacts", 0.1, **over)
-
-    def __call__(self, spec: runner.RunSpec, progress: Any, collect: tuple[str, ...]) -> runner.RunResult:
-        self.specs.append(spec)
-        self.collect.append(tuple(collect))
-        return self.answer
 
 
 def task(host: str, action: str, res: dict[str, Any], window: tuple[float, float] | None = None) -> runner.TaskResult:
