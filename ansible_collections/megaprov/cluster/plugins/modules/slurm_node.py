@@ -152,10 +152,11 @@ def read_topology(root="/sys/devices/system/cpu"):
     return topology
 
 
-def driver_minors(root="/proc/driver/nvidia/gpus"):
-    """Device minor (the N of /dev/nvidiaN) -> PCI address, from the loaded NVIDIA driver; {} without it."""
+def driver_minors(root):
+    """Device minor (the N of /dev/nvidiaN) -> PCI address, from the loaded NVIDIA driver under ``root``
+    (/proc/driver/nvidia/gpus); {} without it."""
     out = {}
-    for info in glob.glob(os.path.join(root, "*", "information")):
+    for info in sorted(glob.glob(os.path.join(root, "*", "information"))):
         try:
             with open(info) as f:
                 found = re.search(r"^Device Minor:\s*(\d+)", f.read(), re.M)
@@ -166,8 +167,8 @@ def driver_minors(root="/proc/driver/nvidia/gpus"):
     return out
 
 
-def device_numbers(dev_dir="/dev"):
-    """The N of every /dev/nvidiaN (nvidiactl, nvidia-uvm and the like are not GPUs), sorted."""
+def device_numbers(dev_dir):
+    """The N of every nvidiaN in ``dev_dir`` (nvidiactl, nvidia-uvm and the like are not GPUs), sorted."""
     try:
         names = os.listdir(dev_dir)
     except OSError:

@@ -144,3 +144,37 @@ def test_check_mode_reads_the_same(tmp_path, monkeypatch, capsys):
     root = node(tmp_path / "node", GPUS, device_files=2)
     rc, result = run_module(slurm_node.main, {"gpus": "auto", "root": root, "_ansible_check_mode": True}, capsys)
     assert rc == 0 and [d["cores"] for d in result["devices"]] == ["4-7", "0-3"]
+
+
+def test_an_unreadable_information_file_is_skipped_and_the_next_gpu_still_read(tmp_path, monkeypatch, capsys):
+    slurmd(tmp_path, monkeypatch)
+    root = node(tmp_path / "node", GPUS, device_files=2)
+    # the first in order (0000:41:00.0, minor 1) cannot be read: a directory where the file should be
+    info = Path(root) / "proc/driver/nvidia/gpus/0000:41:00.0/information"
+    info.unlink()
+    info.mkdir()
+    rc, result = run_module(slurm_node.main, {"gpus": "2", "root": root}, capsys)
+    assert rc == 0 and [d["cores"] for d in result["devices"]] == ["4-7", ""]
+
+
+def test_a_node_offering_fewer_gpus_than_it_has_is_not_refused(tmp_path, monkeypatch, capsys):
+    slurmd(tmp_path, monkeypatch)
+    root = node(tmp_path / "node", GPUS, device_files=2)
+    rc, result = run_module(slurm_node.main, {"gpus": "1", "gpu_expected": True, "root": root}, capsys)
+    assert rc == 0 and result["gpus"] == 1 and result["devices"] == [{"file": f"{root}/dev/nvidia0", "cores": "4-7"}]
+
+
+def test_slurmd_without_a_nodename_line_and_a_long_error_are_cut_to_one_line(tmp_path, monkeypatch, capsys):
+    slurmd(tmp_path, monkeypatch, "UpTime=0-01:00:00\n")
+    root = node(tmp_path / "node", {}, device_files=0)
+    code, result = run_module(slurm_node.main, {"gpus": "0", "root": root}, capsys)
+    assert code == 1
+    assert result["msg"] == "slurmd -C printed no NodeName, CPUs, Boards, SocketsPerBoard, CoresPerSocket, ThreadsPerCore, RealMemory (got '')"
+    long = "NodeName=" + "n" * 300 + " CPUs=1"
+    slurmd(tmp_path, monkeypatch, long)
+    code, result = run_module(slurm_node.main, {"gpus": "0", "root": root}, capsys)
+    assert code == 1 and result["msg"].endswith(f"(got {long[:200]!r})")
+    tools = tmp_path / "tools"
+    (tools / "slurmd").write_text("#!/bin/sh\nprintf 'x%.0s' $(seq 400) >&2\nprintf 'tail' >&2\nexit 1\n")
+    code, result = run_module(slurm_node.main, {"gpus": "0", "root": root}, capsys)
+    assert code == 1 and result["msg"] == "slurmd -C failed (1): " + ("x" * 400 + "tail")[-300:]
