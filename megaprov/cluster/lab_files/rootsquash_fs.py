@@ -217,7 +217,7 @@ def build_operations(backing_fd: int) -> Any:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
-        print(__doc__.strip().splitlines()[-2], file=sys.stderr)
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     from fusepy import FUSE
 
