@@ -146,6 +146,16 @@ def _run(module, argv, timeout=30):
     return rc, out[-MAX_OUTPUT:], err[-4096:]
 
 
+def _json_list(rc, out):
+    """ip -j's JSON array; [] where ip failed or printed something else (an ip without -j, an answer cut off)."""
+    if rc != 0 or not out.strip().startswith("["):
+        return []
+    try:
+        return json.loads(out)
+    except ValueError:
+        return []
+
+
 def hostname_info(module, interface):
     name = socket.gethostname()
     resolved = []
@@ -160,10 +170,10 @@ def hostname_info(module, interface):
     else:
         error = ""
     rc, out, dummy = _run(module, ["ip", "-j", "addr", "show"], 10)
-    links = json.loads(out) if rc == 0 and out.strip().startswith("[") else []
+    links = _json_list(rc, out)
     if not interface:
         rc2, route, dummy = _run(module, ["ip", "-j", "route", "show", "default"], 10)
-        routes = json.loads(route) if rc2 == 0 and route.strip().startswith("[") else []
+        routes = _json_list(rc2, route)
         interface = routes[0].get("dev", "") if routes else ""
     addresses = [a.get("local", "") for link in links if link.get("ifname") == interface for a in link.get("addr_info", [])]
     return {"name": name, "resolved": resolved, "error": error, "interface": interface, "interface_addresses": [a for a in addresses if a],
