@@ -103,3 +103,61 @@ def test_the_probe_runs_as_the_job_will():
     ][:-3]
     assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in slurm["argv"]
     assert "--container-mounts=/shared:/shared,/opt/megatron-lm:/opt/megatron-lm:ro,/scratch/cache:/cache:ro" in slurm["argv"]
+
+
+def test_a_probe_runs_image_probe_yml_on_the_jobs_node_and_records_its_answer(state, monkeypatch, capsys):
+    """probe(): the play (ansible-runner stood in, recording what it was handed) gets the probe's host and argv; the
+    fact it hands back through set_stats is recorded for the inventory and image; the operator is told once."""
+    from megaprov.cluster import runner
+    from megaprov.output import SHOWN
+    from tests.helpers.plays import Play
+
+    fact = real_fact()
+    spec = jobspec.parse(SPEC.replace("LAUNCHER", "torchrun"))
+    play = Play(state.parent, [], data={imagefacts.STAT: {"host": "n1", "fact": fact}}, stats_seen=True)
+    monkeypatch.setattr(runner, "run", play)
+    stack = imagefacts.probe(spec, state, "/shared", "n1", True, None, SHOWN)
+    assert (stack.source, stack.image, stack.hosts, stack.torch) == ("image", IMAGE, ("n1",), fact["torch"])
+    assert imagefacts.known(state, IMAGE) == stack
+    [handed] = play.specs
+    assert handed.playbook.name == "image_probe.yml" and handed.inventories == (state,)
+    assert handed.options.extravars == {"megaprov_probe": imagefacts.probe_vars(spec, "/shared", "n1", True, None)}
+    said = capsys.readouterr().err
+    assert f"train: probing image {IMAGE} on n1 (once per image: what its torch, Transformer Engine and apex hold)" in said
+
+
+@pytest.mark.parametrize("answer", [None, "fact", {"host": "n1"}, {"host": "n1", "fact": {"torch": 1}}])
+def test_a_probe_that_hands_back_no_fact_is_refused_and_nothing_recorded(state, monkeypatch, answer):
+    from megaprov.cluster import runner
+    from megaprov.output import SILENT
+    from tests.helpers.plays import Play
+
+    spec = jobspec.parse(SPEC.replace("LAUNCHER", "torchrun"))
+    data = {} if answer is None else {imagefacts.STAT: answer}
+    monkeypatch.setattr(runner, "run", Play(state.parent, [], data=data, stats_seen=True))
+    with pytest.raises(UsageError) as refused:
+        imagefacts.probe(spec, state, "/shared", "n1", True, None, SILENT)
+    assert str(refused.value) == (
+        f"the probe of image {IMAGE} on n1 did not answer with megaprov's fact: check that launch.container.python is the image's "
+        "Python with torch (run it with `podman run IMAGE PYTHON -c 'import torch'`)"
+    )
+    assert imagefacts.known(state, IMAGE) is None and not imagefacts.record_path(state, IMAGE).exists()
+
+
+def test_a_failed_probe_play_says_what_it_was_probing(state, monkeypatch):
+    from megaprov.cluster import runner
+    from megaprov.errors import HostsUnreachable, RunFailed
+    from megaprov.output import SILENT
+    from tests.helpers.plays import Play
+
+    spec = jobspec.parse(SPEC.replace("LAUNCHER", "slurm"))
+    down = [runner.Failure("head", "probe", "image probe", "ssh: connect to host head port 22: No route", True)]
+    monkeypatch.setattr(runner, "run", Play(state.parent, [], down, status="failed", rc=4))
+    with pytest.raises(HostsUnreachable) as refused:
+        imagefacts.probe(spec, state, "/shared", "n1", True, "head", SILENT)
+    assert str(refused.value).startswith(f"probing image {IMAGE}: node(s) head unreachable (ssh: connect to host head")
+    monkeypatch.setattr(runner, "run", Play(state.parent, [], status="failed", rc=2, error_line="ERROR! no such playbook"))
+    with pytest.raises(RunFailed) as failed:
+        imagefacts.probe(spec, state, "/shared", "n1", True, "head", SILENT)
+    assert str(failed.value) == f"probing image {IMAGE}: ERROR! no such playbook: see {state.parent}/artifacts/stdout"
+    assert imagefacts.known(state, IMAGE) is None
