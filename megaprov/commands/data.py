@@ -70,10 +70,14 @@ def shared_prefix(inventory: str, prefix: str) -> str:
     parent = path.parent.resolve()
     if not values.inside(str(parent), str(root)):
         raise UsageError(f"--output-prefix {prefix}: {path.parent} leads outside the shared directory {root}", "give a prefix inside it")
-    existing = next(p for p in (path.parent, *path.parent.parents) if p.exists())
+    chain = (path.parent, *path.parent.parents)
+    existing = next(p for p in chain if p.exists())
     try:
         with as_owner_of(existing):  # the cluster user's directories, as on the nodes (root is squashed there)
-            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            # each missing level 0755 (mkdir(parents=True) makes the upper ones with the umask's mode); the existing
+            # one too, where a file in the way fails
+            for directory in reversed(chain[: chain.index(existing) + 1]):
+                directory.mkdir(mode=0o755, exist_ok=True)
     except OSError as exc:
         raise UsageError(
             f"--output-prefix {prefix}: cannot create {path.parent} ({exc.strerror})",
