@@ -152,12 +152,52 @@ def test_a_failed_probe_play_says_what_it_was_probing(state, monkeypatch):
 
     spec = jobspec.parse(SPEC.replace("LAUNCHER", "slurm"))
     down = [runner.Failure("head", "probe", "image probe", "ssh: connect to host head port 22: No route", True)]
-    monkeypatch.setattr(runner, "run", Play(state.parent, [], down, status="failed", rc=4))
+    monkeypatch.setattr(runner, "run", play := Play(state.parent, [], down, status="failed", rc=4))
     with pytest.raises(HostsUnreachable) as refused:
         imagefacts.probe(spec, state, "/shared", "n1", True, "head", SILENT)
+    assert play.specs[0].options.extravars["megaprov_probe"]["host"] == "head"  # srun from the submit host
     assert str(refused.value).startswith(f"probing image {IMAGE}: node(s) head unreachable (ssh: connect to host head")
     monkeypatch.setattr(runner, "run", Play(state.parent, [], status="failed", rc=2, error_line="ERROR! no such playbook"))
     with pytest.raises(RunFailed) as failed:
         imagefacts.probe(spec, state, "/shared", "n1", True, "head", SILENT)
     assert str(failed.value) == f"probing image {IMAGE}: ERROR! no such playbook: see {state.parent}/artifacts/stdout"
     assert imagefacts.known(state, IMAGE) is None
+
+
+def test_the_record_is_the_probes_answer_as_json_in_the_clusters_own_private_folder(state, monkeypatch):
+    """<state>/images/<the inventory's digest>/<24 hex of the reference's sha256>.json, in a 0700 folder; written again
+    over itself; its host read back only when it is a host name; forgetting twice is forgetting."""
+    import hashlib
+    import os
+
+    from megaprov.paths import fact_cache_dir
+
+    monkeypatch.setattr(imagefacts.time, "time", lambda: 1700000000.5)
+    fact = real_fact()
+    old = os.umask(0)
+    try:
+        imagefacts.record(state, IMAGE, "n1", fact)
+        imagefacts.record(state, IMAGE, "n2", fact)  # again: the folder exists
+    finally:
+        os.umask(old)
+    path = imagefacts.record_path(state, IMAGE)
+    digest = hashlib.sha256(IMAGE.encode()).hexdigest()[:24]
+    assert path == Path(os.environ["MEGAPROV_STATE"]) / "images" / fact_cache_dir(state).name / f"{digest}.json"
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    doc = {"image": IMAGE, "host": "n2", "probed_at": 1700000000.5, "fact": fact}
+    assert path.read_text() == json.dumps(doc, indent=2) + "\n"
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary file left
+    for host, shown in (("n1", "n1"), ("bad host;", "?"), (7, "?")):
+        path.write_text(json.dumps({**doc, "host": host}))
+        assert imagefacts.known(state, IMAGE).hosts == (shown,)
+    imagefacts.forget(state, IMAGE)
+    imagefacts.forget(state, IMAGE)
+    assert not path.exists()
+
+
+def test_an_image_answering_a_malformed_version_is_named_in_the_refusal(state):
+    fact = {**real_fact(), "torch": "2.x; rm -rf /"}
+    with pytest.raises(UsageError) as refused:
+        imagefacts.record(state, IMAGE, "n1", fact)
+    assert str(refused.value).startswith(f"node image {IMAGE}: its fact megaprov_python.torch=")
+    assert not imagefacts.record_path(state, IMAGE).exists()
