@@ -15,6 +15,7 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -74,8 +75,13 @@ def _quiet(_: str) -> None:
     return None
 
 
+def is_name(name: str) -> bool:
+    """A lab name megaprov makes: 1-20 lowercase letters, digits and dashes, starting with a letter."""
+    return bool(name) and name.replace("-", "").isalnum() and name[0].isalpha() and len(name) <= 20 and name == name.lower()
+
+
 def validate_name(name: str) -> None:
-    if not name or not name.replace("-", "").isalnum() or not name[0].isalpha() or len(name) > 20 or name != name.lower():
+    if not is_name(name):
         raise UsageError(f"--name {name!r} is not a valid lab name", "use 1-20 lowercase letters, digits and dashes, starting with a letter")
 
 
@@ -194,9 +200,12 @@ def _inspect(lab: str | None) -> list[tuple[str, Node]]:
     found = []
     for line in out.splitlines():
         owner, cname, state, address, hostname, fixed = (line.split("|") + [""] * 6)[:6]
+        made = re.fullmatch(r"megaprov-(.+)-node([0-9]{1,4})", cname)
+        if not made or made.group(1) != owner or not is_name(owner):
+            continue  # a container megaprov did not make, under its label (another tool's, a hand-made one)
         # A stopped container has no address on its network; a lab node keeps its fixed one.
-        found.append((owner, Node(hostname, cname, address or ("" if fixed.startswith("<no value>") else fixed), state)))
-    return sorted(found, key=lambda item: (item[0], int(item[1].container.rsplit("node", 1)[1] or 0)))
+        found.append((owner, int(made.group(2)), Node(hostname, cname, address or ("" if fixed.startswith("<no value>") else fixed), state)))
+    return [(owner, node) for owner, _index, node in sorted(found, key=lambda item: (item[0], item[1]))]
 
 
 def nodes(lab: str) -> list[Node]:

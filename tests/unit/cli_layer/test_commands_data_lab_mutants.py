@@ -575,3 +575,18 @@ def test_data_prepare_hands_its_keys_workers_and_eod_choice_to_the_tokeniser(cap
     result = document(out)[2]
     assert result["prefixes"] == {"body": f"{shared}/ds_body_document", "title": f"{shared}/ds_title_document"}
     assert (result["workers"], result["documents"], result["tokens"]) == (2, 2, 10 + 11 + 3 + 3)  # bytes, no end-of-document token
+
+
+def test_containers_under_the_lab_label_that_megaprov_did_not_make_are_left_out(capsys, podman, state):
+    """Another tool's (or a hand-made) container carrying megaprov's label: a name without a node number, a label that
+    is no lab name, a name of another lab. `lab status` lists the real lab's nodes only, in node order."""
+    foreign = [
+        {**node_container("ci", 3), "name": "someones-box"},
+        {**node_container("ci", 4), "lab": "My_Lab", "name": "megaprov-My_Lab-node4"},
+        {**node_container("ci", 5), "name": "megaprov-other-node5"},
+    ]
+    podman.state["containers"] = [node_container("ci", 10), *foreign, node_container("ci", 2)]
+    podman.save()
+    code, out, err = run(capsys, "lab", "status")
+    assert (code, err) == (ExitCode.OK, "")
+    assert out == f"lab ci: node2 10.90.7.3 running, node10 10.90.7.11 running\n  inventory: {state}/lab/ci/inventory.ini\n"
