@@ -11,11 +11,8 @@ tokenizer (megatron-core's builder) into a shared directory that -i names."""
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -24,6 +21,7 @@ from megaprov.cluster import lab
 from megaprov.commands import lab as lab_command
 from megaprov.errors import ExitCode
 from megaprov.training import data
+from tests.helpers.owned import users_directory
 
 FAKE_PODMAN = textwrap.dedent(
     """\
@@ -486,13 +484,8 @@ def megatron():
 @pytest.fixture
 def users_share():
     """A shared directory of the cluster user's (uid 2000) that it can reach (pytest's tmp_path is root's 0700)."""
-    top = Path(tempfile.mkdtemp(prefix="megaprov-share-"))
-    top.chmod(0o755)
-    share = top / "shared"
-    share.mkdir(mode=0o755)
-    os.chown(share, 2000, 2000)
-    yield share
-    shutil.rmtree(top)
+    with users_directory("shared") as share:
+        yield share
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="root writes as the owner of the shared directory; another user writes as itself")

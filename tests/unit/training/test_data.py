@@ -9,6 +9,7 @@ import pytest
 
 from megaprov.training import data
 from megaprov.training.data import DataError, TokenizerSpec
+from tests.helpers.owned import users_directory
 
 pytest.importorskip("megatron.core", reason="megatron-core (and torch) are not installed in this environment")
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
@@ -216,24 +217,16 @@ def test_a_corpus_into_a_directory_is_bad_input(tmp_path):
 
 # ---- written as the output directory's owner (the cluster user on the shared directory)
 
-CLUSTER_UID = 2000
+from tests.helpers.owned import CLUSTER_UID  # noqa: E402
+
 as_root_only = pytest.mark.skipif(__import__("os").geteuid() != 0, reason="root's ownership switch needs root")
 
 
 @pytest.fixture
 def share_data():
     """A 0755 data/ directory of the cluster user's in a directory it can traverse (pytest's tmp_path is root's 0700)."""
-    import os
-    import shutil
-    import tempfile
-
-    top = Path(tempfile.mkdtemp(prefix="megaprov-data-"))
-    top.chmod(0o755)
-    out = top / "data"
-    out.mkdir(mode=0o755)
-    os.chown(out, CLUSTER_UID, CLUSTER_UID)
-    yield out
-    shutil.rmtree(top)
+    with users_directory("data", CLUSTER_UID) as out:
+        yield out
 
 
 @as_root_only
