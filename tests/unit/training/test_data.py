@@ -9,7 +9,7 @@ import pytest
 
 from megaprov.training import data
 from megaprov.training.data import DataError, TokenizerSpec
-from tests.helpers.owned import users_directory
+from tests.helpers.owned import CLUSTER_UID, users_directory
 
 pytest.importorskip("megatron.core", reason="megatron-core (and torch) are not installed in this environment")
 warnings.filterwarnings("ignore", message="Transformer Engine and Apex are not installed")
@@ -217,7 +217,6 @@ def test_a_corpus_into_a_directory_is_bad_input(tmp_path):
 
 # ---- written as the output directory's owner (the cluster user on the shared directory)
 
-from tests.helpers.owned import CLUSTER_UID  # noqa: E402
 
 as_root_only = pytest.mark.skipif(__import__("os").geteuid() != 0, reason="root's ownership switch needs root")
 
