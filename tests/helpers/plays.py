@@ -26,9 +26,11 @@ class Play:
     ):
         self.specs: list[runner.RunSpec] = []
         self.collect: list[tuple[str, ...]] = []
+        self.progress: list[Any] = []  # the progress line each run was given (its total_hosts sizes it)
         self.answer = runner.RunResult(status, rc, hosts or [], failures or [], results, tmp_path / "artifacts", seconds, **over)
 
     def __call__(self, spec: runner.RunSpec, progress: Any, collect: tuple[str, ...]) -> runner.RunResult:
         self.specs.append(spec)
         self.collect.append(tuple(collect))
+        self.progress.append(progress)
         return self.answer

@@ -121,6 +121,7 @@ def test_a_probe_runs_image_probe_yml_on_the_jobs_node_and_records_its_answer(st
     assert imagefacts.known(state, IMAGE) == stack
     [handed] = play.specs
     assert handed.playbook.name == "image_probe.yml" and handed.inventories == (state,)
+    assert play.progress[0].total_hosts == 1  # one node probes
     assert handed.options.extravars == {"megaprov_probe": imagefacts.probe_vars(spec, "/shared", "n1", True, None)}
     said = capsys.readouterr().err
     assert f"train: probing image {IMAGE} on n1 (once per image: what its torch, Transformer Engine and apex hold)" in said
