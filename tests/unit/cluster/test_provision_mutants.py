@@ -251,6 +251,31 @@ def test_a_limit_must_name_a_host_or_group_of_the_inventory(inventory):
     with pytest.raises(UsageError) as err:
         provision.check_limit("~(", loaded)
     assert err.value.message.startswith("--limit ~(: '~(' is not a regular expression (") and err.value.hint == "fix the pattern after ~"
+    # "all" is a name patterns may match; an empty part is skipped, not the end of the list
+    for good in ("al?", "~al+$", "!n1"):
+        provision.check_limit(good, loaded)
+    for bad, said in (
+        ("n1,,n9", "'n9' is neither a host nor a group"),
+        ("~zz", "'~zz' matches no host or group"),  # a regular expression without a wildcard character
+        ("nX9", "'nX9' is neither a host nor a group"),
+        ("Xn1", "'Xn1' is neither a host nor a group"),
+    ):
+        with pytest.raises(UsageError) as err:
+            provision.check_limit(bad, loaded)
+        assert err.value.message == f"--limit {bad}: {said} of inventory.ini"
+
+
+@pytest.mark.parametrize(
+    ("limit", "said"),
+    [("", "is empty"), ("n" * 10_001, "is 10001 characters long"), ("n1\x1b[2J", "contains the control character \\x1b")],
+)
+def test_a_limit_that_is_no_text_is_refused_as_the_flag(inventory, limit, said):
+    from megaprov.cluster import inventory as inv
+    from megaprov.paths import roles_dir
+
+    with pytest.raises(UsageError) as err:
+        provision.check_limit(limit, inv.load(inventory, roles_dir()))
+    assert err.value.message.startswith("--limit=") and err.value.message.endswith(said) and err.value.field == "--limit"
 
 
 def test_an_unknown_tag_is_refused_with_the_closest_stage():
