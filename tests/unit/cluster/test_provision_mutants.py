@@ -158,6 +158,30 @@ def test_bootstrap_runs_the_bootstrap_playbook_on_the_inventory_and_reports_each
     assert status["last"]["ok"] is True and status["last"]["exit_code"] == 0
 
 
+def test_bootstrap_reads_cached_checks_in_order_and_results_without_their_lists(inventory, tmp_path, monkeypatch):
+    """The mesh's and the shared directory's checks as the report lists them: each carries its task's cached note, the
+    shared ones ordered by reader then writer; a result without pairs, left-out hosts or checks adds none. The run
+    directory is named after the command."""
+    note = "verified at 2026-01-01T00:00:00Z, inputs unchanged; --verify re-proves"
+    results = [
+        task("n2", provision.MESH_ACTION, {"pairs": [pair("n2", "n1")], "cached": note}),
+        task("n1", provision.MESH_ACTION, {}),
+        task("n2", provision.SHARED_ACTION, {"checks": [{"writer": "n2", "ok": True, "error": ""}, {"writer": "n1", "ok": True, "error": ""}]}),
+        task("n1", provision.SHARED_ACTION, {"checks": [{"writer": "n2", "ok": False, "error": "EACCES"}], "cached": note}),
+        task("h1", provision.SHARED_ACTION, {}),
+    ]
+    play = Play(tmp_path, results)
+    monkeypatch.setattr(runner, "run", play)
+    report = provision.bootstrap(provision.Request(inventory, runner.RunOptions(), SILENT))
+    assert play.specs[0].private_data_dir.name.endswith("-bootstrap")
+    assert report.mesh == [{**pair("n2", "n1"), "cached": note}] and report.mesh_left_out == []
+    assert report.shared == [
+        {"reader": "n1", "writer": "n2", "ok": False, "error": "EACCES", "cached": note},
+        {"reader": "n2", "writer": "n1", "ok": True, "error": "", "cached": ""},
+        {"reader": "n2", "writer": "n2", "ok": True, "error": "", "cached": ""},
+    ]
+
+
 def test_bootstrap_with_a_failed_task_names_the_host_the_task_and_the_count_of_others(inventory, tmp_path, monkeypatch):
     failures = [
         runner.Failure("n1", "Install the driver", "drivers", "apt said no", False),
