@@ -103,3 +103,36 @@ def test_the_slurm_line_says_when_its_step_was_proved():
     assert provision._step_note("node1", proofs) == "; srun step verified at 2026-01-01T00:00:00Z, inputs unchanged; --verify re-proves"
     assert provision._step_note("node2", proofs) == ""
     assert provision._step_note("node1", [{**proofs[0], "valid": False}]) == ""
+
+
+def test_a_proof_answer_missing_its_words_reads_as_empty_and_its_time_as_unknown():
+    """A proof module's answer with only its verdict and its recorded result: an empty name, reason and time in the
+    proof list, "verified at ?" in the cached note, and the task's own name kept on the result put in its place."""
+    bare = TaskResult("node1", "Look for a recorded proof", provision.PROOF_ACTION, {"valid": True, "action": MESH, "result": PAIRS})
+    out, proofs = provision.expand_proofs([bare], (MESH,))
+    assert proofs == [{"host": "node1", "name": "", "valid": True, "reason": "", "verified_at": ""}]
+    assert [(r.host, r.task, r.action) for r in out] == [("node1", "Look for a recorded proof", MESH)]
+    assert out[0].res == {**PAIRS, "cached": "verified at ?, inputs unchanged; --verify re-proves"}
+    # asked again under the same (empty) name for another check (a later stage): the first cached result stays as it
+    # was when the mesh check then runs for the host
+    again = TaskResult("node1", "Look again", provision.PROOF_ACTION, {"valid": True, "action": provision.FACTS_ACTION, "result": {"node": {}}})
+    real = TaskResult("node1", "Check the mesh", MESH, PAIRS)
+    out, proofs = provision.expand_proofs([bare, again, real], (MESH, provision.FACTS_ACTION))
+    assert [(r.task, r.action) for r in out] == [
+        ("Look for a recorded proof", MESH),
+        ("Look again", provision.FACTS_ACTION),
+        ("Check the mesh", MESH),
+    ]
+    assert [p["valid"] for p in proofs] == [True, True]
+
+
+def test_a_check_that_runs_after_its_proof_held_replaces_only_that_cached_result():
+    """Another result before the proof (its place in the results is not its place among the proofs), a recorded
+    answer that is skipped without ending the list, then the check itself for the same host."""
+    facts = TaskResult("node1", "Collect node facts", provision.FACTS_ACTION, {"node": {}})
+    recorded = TaskResult("node1", "Record the proof", provision.PROOF_ACTION, {"recorded": True, "valid": True})
+    real = TaskResult("node1", "Check the mesh", MESH, PAIRS)
+    after = TaskResult("node2", "Collect node facts", provision.FACTS_ACTION, {"node": {}})
+    out, proofs = provision.expand_proofs([facts, query("node1", True), recorded, real, after], (provision.FACTS_ACTION, MESH))
+    assert out == [facts, real, after]
+    assert [(p["host"], p["valid"], p["reason"]) for p in proofs] == [("node1", False, "ran with its peers, whose inputs changed")]
