@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from megaprov import paths, values
+from megaprov import paths, untrusted, values
 from megaprov.errors import UsageError
 from megaprov.training import imagefacts, jobspec, nodefacts, planner, target
 from megaprov.training.jobspec import JobSpecError
@@ -395,3 +395,19 @@ def test_read_below_a_root_refuses_a_file_outside_it(tmp_path):
     assert target.read(str(outside))[1] == LLAMA_TEXT
     with pytest.raises(UsageError):
         target.read(str(outside), tmp_path / "root")
+
+
+def test_a_spec_is_read_as_the_operators_file_or_below_a_job_directory_as_an_untrusted_entry(tmp_path):
+    """Without a root the spec is the operator's file (its own words for a missing or undecodable file); with one it is
+    the job directory's copy, an entry the cluster user could have written, named as the job spec."""
+    bad = tmp_path / "job.yml"
+    bad.write_bytes(b"\xff\xfe name: x\n")
+    with pytest.raises(UsageError) as err:
+        target.read(str(tmp_path / "nope.yml"))
+    assert str(err.value) == f"job spec {tmp_path}/nope.yml does not exist: check the path"
+    with pytest.raises(UsageError) as err:
+        target.read(str(bad))
+    assert str(err.value) == f"job spec {bad} is not UTF-8 (byte 0xff on line 1): save it as UTF-8"
+    with pytest.raises(untrusted.BadEntry) as entry:
+        target.read(str(bad), tmp_path)
+    assert str(entry.value).startswith(f"{bad} (job spec) is not UTF-8 text: ")
