@@ -83,12 +83,8 @@ def cluster(spec: JobSpec, inventory_path: str | None, shape: Shape) -> tuple[pl
         image = spec.launch.container.image
         stack = imagefacts.known(Path(inventory_path), image) or dataclasses.replace(nodefacts.ROLE_DEFAULTS, image=image)
     write = found.host_var(first, "megatron_checkpoint_write_mbps", None)
-    try:
-        write_mbps = float(write) if write not in (None, "") else nodefacts.DEFAULT_WRITE_MBPS
-    except (TypeError, ValueError):
-        raise UsageError(
-            f"{found.path}: megatron_checkpoint_write_mbps={write!r} is not a number", "set it to the shared directory's write speed in MB/s"
-        ) from None
+    # a number when set: the inventory loader types it by the role's argument spec (megaprov.cluster.inventory)
+    write_mbps = float(write) if write is not None else nodefacts.DEFAULT_WRITE_MBPS
     if not 0 < write_mbps < 1e7:
         raise UsageError(
             f"{found.path}: megatron_checkpoint_write_mbps={write_mbps:g} is out of range",
