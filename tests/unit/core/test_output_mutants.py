@@ -23,6 +23,7 @@ def shown(renderable, colour=False, width=100):
         width=width,
         force_terminal=colour,
         color_system="standard" if colour else None,
+        no_color=not colour,  # not the environment's NO_COLOR (the mutation benchmark sets it)
         highlight=False,
         markup=False,
         emoji=False,
