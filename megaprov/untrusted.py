@@ -181,7 +181,7 @@ def read_json(path: Path | str, what: str, max_bytes: int, root: Path | str | No
     text = read_text(path, what, max_bytes, root)
     try:
         return values.json_data(text, f"{what} {path}")
-    except ValueError as exc:
+    except UsageError as exc:
         raise BadEntry(path, f"({what}) is not valid JSON", HINT) from exc
 
 
