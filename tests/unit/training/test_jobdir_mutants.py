@@ -608,6 +608,26 @@ def test_the_channel_runs_the_helper_on_the_head_as_the_cluster_user(spawned, tm
         channel.close()
 
 
+def test_the_channel_reaches_the_head_with_the_inventorys_ssh_settings_and_keeps_a_shared_paths_own_letters(monkeypatch, tmp_path):
+    """ssh_argv gets the inventory (its user, port, key and pinned host keys); only a trailing slash of the shared
+    directory is dropped, never a letter of its name."""
+    import shlex
+
+    from megaprov.cluster import sshcmd
+
+    asked = []
+    monkeypatch.setattr(sshcmd, "ssh_argv", lambda found, host: asked.append((found, host)) or ["ssh", "--", host])
+    real = subprocess.Popen
+    monkeypatch.setattr(jobdir.subprocess, "Popen", lambda argv, **kwargs: real([sys.executable, "-c", READY], **kwargs))
+    found = Found(tmp_path / "inv.ini", {"ansible_user": "megaprov"})
+    channel = jobdir.Channel(found, "/data/X/")
+    try:
+        assert asked == [(found, "head1")]
+        assert channel.argv[-1] == shlex.join(jobdir.helper_command("python3", "/data/X/jobs"))
+    finally:
+        channel.close()
+
+
 def test_a_cluster_user_that_is_no_user_name_is_refused(spawned, tmp_path):
     with pytest.raises(UsageError) as info:
         jobdir.Channel(Found(tmp_path / "inv.ini", {}, {"megaprov_cluster_user": "x; rm -rf /"}), "/shared")
@@ -706,6 +726,18 @@ def test_event_lines_are_the_launchers_own_lines_shown_as_text(tmp_path):
     body = b"megaprov: too old\n" + filler + b"\nmegaprov: job el lost node3\x1b[2J \xff\nplanted\nmegaprov: megaprov: twice\n"
     (local / "logs" / "elastic.log").write_bytes(body)
     assert jobdir.event_lines(job, "logs/elastic.log", "events", "megaprov: ") == ["job el lost node3\\x1b[2J \ufffd", "megaprov: twice"]
+
+
+def test_event_lines_are_never_read_through_a_link_the_cluster_user_planted(tmp_path):
+    """The events file is read below the job's root without following links: a link to a file the cluster user wrote
+    elsewhere (or to one of root's) gives no lines."""
+    local = tmp_path / "jobs" / "el"
+    (local / "logs").mkdir(parents=True)
+    elsewhere = tmp_path / "planted.log"
+    elsewhere.write_text("megaprov: job el lost node3\n")
+    (local / "logs" / "elastic.log").symlink_to(elsewhere)
+    job = SimpleNamespace(local_dir=local)
+    assert jobdir.event_lines(job, "logs/elastic.log", "events", "megaprov: ") == []
 
 
 def test_the_helper_travels_whole_and_compressed_in_one_argument(tmp_path):
