@@ -148,3 +148,77 @@ def test_a_slurm_field_that_is_no_plain_name_is_refused_by_its_field():
     with pytest.raises(UsageError) as refused:
         container.pyxis_srun(broken, "/shared", 2, True, "n")
     assert str(refused.value).startswith("launch.slurm.account")
+
+
+BOX = """\
+name: boxed
+model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 128, vocab_size: 512}
+train: {global_batch_size: 4, train_iters: 10, lr: 0.001}
+data: {mock: true}
+launch:
+  nodes: 2
+  gpus_per_node: 4
+  launcher: LAUNCHER
+  megatron_dir: MEGATRON
+  container:
+    image: IMAGE
+    mounts: MOUNTS
+"""
+
+
+def box(launcher="slurm", image="nvcr.io/nvidia/pytorch:25.01-py3", mounts="[]", megatron="/opt/megatron-lm"):
+    text = BOX.replace("LAUNCHER", launcher).replace("IMAGE", image).replace("MOUNTS", mounts).replace("MEGATRON", megatron)
+    return jobspec.parse(text, "gpt.yml")
+
+
+def found(s, shared="/shared", roots=("/scratch",)):
+    known = nodefacts.KnownCluster(2, 4, GPUS["H100-SXM"], shared, ("n1", "n2"), container_roots=roots)
+    return [(p.path, p.message, p.fix) for p in container.problems(s, known)]
+
+
+def test_a_job_without_a_container_or_with_a_good_one_has_no_problems():
+    assert found(spec(without_container=True)) == []
+    assert found(box(mounts="[{source: /scratch/a, target: /mnt/a}]")) == []
+
+
+def test_a_squashfs_image_under_podman_and_off_the_share_is_refused_with_both_fixes():
+    assert found(box("torchrun", image="/scratch/pt.sqsh")) == [
+        (
+            "launch.container.image",
+            "launch.container.image=/scratch/pt.sqsh is a squashfs file, which only pyxis reads (launch.launcher: slurm)",
+            "give podman a registry reference (megaprov image pull IMAGE serves it from the head), or use launch.launcher: slurm",
+        ),
+        (
+            "launch.container.image",
+            "launch.container.image=/scratch/pt.sqsh is not under the shared directory /shared",
+            "every node must read it: megaprov image pull writes it under <shared>/images",
+        ),
+    ]
+
+
+def test_a_shared_directory_or_checkout_that_cannot_be_mounted_is_refused_by_its_field():
+    assert found(box(megatron="/opt/megatron lm"), shared="/sh:ared") == [
+        ("megaprov_shared_dir", "megaprov_shared_dir=/sh:ared cannot be mounted into a container", "use a path of letters, digits and /._-"),
+        ("launch.megatron_dir", "launch.megatron_dir=/opt/megatron lm cannot be mounted into a container", "use a path of letters, digits and /._-"),
+    ]
+
+
+def test_a_mount_outside_the_roots_and_over_megaprovs_own_paths_is_refused_with_each_root_and_path():
+    mounts = "[{source: /data/a, target: /opt/megatron-lm/x}, {source: /scratch/b, target: /shared}]"
+    assert found(box(mounts=mounts), roots=("/scratch", "/raid")) == [
+        (
+            "launch.container.mounts[0].source",
+            "launch.container.mounts[0].source=/data/a is outside the roots a job may mount (/shared, /scratch, /raid)",
+            "use a path under them, or add its root to megaprov_container_mount_roots in the inventory",
+        ),
+        (
+            "launch.container.mounts[0].target",
+            "launch.container.mounts[0].target=/opt/megatron-lm/x overlaps /opt/megatron-lm, /shared, which megaprov mounts at their own paths",
+            "mount it elsewhere (e.g. /mnt/NAME)",
+        ),
+        (
+            "launch.container.mounts[1].target",
+            "launch.container.mounts[1].target=/shared overlaps /opt/megatron-lm, /shared, which megaprov mounts at their own paths",
+            "mount it elsewhere (e.g. /mnt/NAME)",
+        ),
+    ]
