@@ -57,8 +57,9 @@ def gather(inventory: str, probe: bool, report: Reporter) -> dict[str, Any]:
     found = inv.load(inventory, paths.roles_dir(), paths.cluster_defaults())
     recorded = read_status(status_file(found.path))
     stages = recorded.get("stages") or {}
-    doctor = health._read_json(health.findings_file(found.path)) or {}  # noqa: SLF001 (the same file doctor writes)
-    findings = doctor.get("findings") or [] if isinstance(doctor, dict) else []
+    doctor = health._read_json(health.findings_file(found.path))  # noqa: SLF001 (the same file doctor writes)
+    doctor = doctor if isinstance(doctor, dict) else {}  # a damaged file (a list, a number) is no doctor run
+    findings = doctor.get("findings") or []
     nodes: dict[str, dict[str, Any]] = {}
     for host in found.hosts:
         nodes[host] = {
@@ -99,8 +100,9 @@ def gather(inventory: str, probe: bool, report: Reporter) -> dict[str, Any]:
         "inventory": str(found.path),
         "last_bootstrap": recorded.get("last"),
         "nodes": nodes,
-        # the running jobs, then the five latest of the others
-        "jobs": [j for j in listed if j.get("state") in live] + [j for j in listed if j.get("state") not in live][:5],
+        # the running jobs, then the five latest of the others (started is UTC, ISO 8601: its text sorts by time)
+        "jobs": [j for j in listed if j.get("state") in live]
+        + sorted((j for j in listed if j.get("state") not in live), key=lambda j: str(j.get("started") or ""), reverse=True)[:5],
         "alerts": asked.get("alerts", []),
         "doctor": {"at": doctor.get("at"), "level": doctor.get("level"), "errors": len(errors)} if doctor else None,
         "asked": sorted(asked),
