@@ -40,10 +40,9 @@ class Parser(argparse.ArgumentParser):
         bad = _INVALID_CHOICE.match(message)
         if bad:
             choices = [c.strip().strip("'") for c in bad["choices"].split(",")]
-            what = ("ACTION" if " " in self.prog else "COMMAND") if bad["arg"] in ("COMMAND", "ACTION") else bad["arg"]
             guess = close(bad["value"], choices)
             hint = f"did you mean {guess!r}? (see `{self.prog} --help`)" if guess else "choose from " + ", ".join(choices)
-            raise UsageError(f"{self.prog}: argument {what}: invalid choice: {bad['value']!r}", hint)
+            raise UsageError(f"{self.prog}: argument {bad['arg']}: invalid choice: {bad['value']!r}", hint)
         raise UsageError(f"{self.prog}: {message}", f"see `{self.prog} --help`")
 
 

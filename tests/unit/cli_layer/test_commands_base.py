@@ -1,0 +1,80 @@
+"""What every command shares (megaprov.commands.base), through megaprov's real parser in-process: a mistyped command,
+action or choice as one line with the close choice or the list to choose from, a bad number for a size or share flag,
+the 'did you mean' of a word, and a note on stderr. Nothing is stood in."""
+
+import pytest
+
+from megaprov.commands import base, build_parser
+from megaprov.errors import UsageError
+
+
+def refused(*argv: str) -> tuple[str, str | None]:
+    with pytest.raises(UsageError) as error:
+        build_parser().parse_args(list(argv))
+    return error.value.message, error.value.hint
+
+
+def test_a_mistyped_command_is_refused_with_the_close_one():
+    assert refused("bootstrp") == ("megaprov: argument COMMAND: invalid choice: 'bootstrp'", "did you mean 'bootstrap'? (see `megaprov --help`)")
+
+
+def test_a_mistyped_action_of_a_command_is_its_action_with_the_commands_help():
+    assert refused("job", "chek") == ("megaprov job: argument ACTION: invalid choice: 'chek'", "did you mean 'check'? (see `megaprov job --help`)")
+
+
+def test_a_word_close_to_nothing_lists_the_choices():
+    assert refused("job", "qqqqqq") == (
+        "megaprov job: argument ACTION: invalid choice: 'qqqqqq'",
+        "choose from status, logs, stop, schema, check, attach, grow",
+    )
+    message, hint = refused("zzzzzz")
+    assert message == "megaprov: argument COMMAND: invalid choice: 'zzzzzz'"
+    assert hint.startswith("choose from bootstrap, preflight, inventory, init, ") and hint.endswith(", completion")
+
+
+def test_a_flags_bad_choice_names_the_flag():
+    assert refused("--output", "xml", "plan") == ("megaprov: argument -o/--output: invalid choice: 'xml'", "choose from text, json")
+    assert refused("--output", "jsn", "plan") == (
+        "megaprov: argument -o/--output: invalid choice: 'jsn'",
+        "did you mean 'json'? (see `megaprov --help`)",
+    )
+
+
+def test_any_other_mistake_is_the_parsers_line_with_the_commands_help():
+    assert refused("plan") == ("megaprov plan: the following arguments are required: -f/--job", "see `megaprov plan --help`")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--nodes", "x"], "megaprov plan: argument --nodes: 'x' is not a whole number"),
+        (["--nodes", "0"], "megaprov plan: argument --nodes: 0 must be at least 1"),
+        (["--nodes", "10001"], "megaprov plan: argument --nodes: '10001' is more than 10,000"),
+        (["--nodes", "9" * 30], f"megaprov plan: argument --nodes: '{'9' * 24}' is more than 10,000"),
+        (["--mfu", "half"], "megaprov plan: argument --mfu: 'half' is not a number"),
+        (["--mfu", "0"], "megaprov plan: argument --mfu: 0.0 must be above 0 and at most 1"),
+        (["--mfu", "1.5"], "megaprov plan: argument --mfu: 1.5 must be above 0 and at most 1"),
+    ],
+)
+def test_a_size_or_share_flag_out_of_its_range_is_refused_by_name(flags, message):
+    assert refused("plan", "-f", "gpt.yml", *flags) == (message, "see `megaprov plan --help`")
+
+
+def test_sizes_and_shares_within_their_range_are_read():
+    args = build_parser().parse_args(["plan", "-f", "gpt.yml", "--nodes", "10000", "--mfu", "1", "--top", "1"])
+    assert (args.nodes, args.mfu, args.top) == (10_000, 1.0, 1)
+    assert base.fraction("0.25") == 0.25
+    assert base.upto(5)("5") == 5
+
+
+def test_did_you_mean_says_the_close_word_or_nothing():
+    assert base.did_you_mean("chek", ["check", "stop"]) == "; did you mean 'check'?"
+    assert base.did_you_mean("qqqq", ["check", "stop"]) == ""
+
+
+def test_a_note_goes_to_stderr_as_it_is(capsys, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    base.note("the [b]spec[/b] names 3 nodes")
+    out = capsys.readouterr()
+    assert (out.out, out.err) == ("", "megaprov: note: the [b]spec[/b] names 3 nodes\n")
