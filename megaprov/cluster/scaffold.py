@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from dataclasses import dataclass
@@ -75,10 +76,12 @@ def _host(entry: str, default_name: str, field: str) -> tuple[str, str | None]:
         return values.host_name(name, field), values.host_address(address, field)
     if _RANGE.search(entry):
         return entry, None  # a range: checked when the written inventory is read back
-    checked = values.host_address(entry, field)
-    if re.fullmatch(r"[0-9.]+|[0-9a-fA-F:]+", checked):
-        return default_name, checked
-    return values.host_name(checked, field), None
+    checked = values.host_address(entry, field)  # an address, or a name by the inventory's own rules (HOST_NAME)
+    try:
+        ipaddress.ip_address(checked.partition("%")[0])
+    except ValueError:
+        return checked, None
+    return default_name, checked
 
 
 def _line(name: str, address: str | None) -> str:
