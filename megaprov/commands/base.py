@@ -163,8 +163,7 @@ def default_inventory() -> tuple[str, str] | None:
         return None
     if not isinstance(value, str) or not value:
         raise UsageError(f"{path}: inventory must be a path", 'write inventory = "/path/to/inventory.ini"')
-    resolved = Path(value).expanduser()
-    return str(resolved if resolved.is_absolute() else path.parent / resolved), str(path)
+    return str(path.parent / Path(value).expanduser()), str(path)  # relative: next to the file (an absolute one stays)
 
 
 def need_inventory(args: argparse.Namespace, why: str = "") -> str:

@@ -78,3 +78,72 @@ def test_a_note_goes_to_stderr_as_it_is(capsys, monkeypatch):
     base.note("the [b]spec[/b] names 3 nodes")
     out = capsys.readouterr()
     assert (out.out, out.err) == ("", "megaprov: note: the [b]spec[/b] names 3 nodes\n")
+
+
+# ---- the default inventory: $MEGAPROV_INVENTORY, then the config file
+
+
+@pytest.fixture
+def config(tmp_path, monkeypatch):
+    """The config file under an XDG_CONFIG_HOME of the test's own, no MEGAPROV_INVENTORY."""
+    monkeypatch.delenv("MEGAPROV_INVENTORY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    path = tmp_path / "xdg" / "megaprov" / "config.toml"
+    path.parent.mkdir(parents=True)
+    return path
+
+
+def test_the_config_file_is_under_xdg_config_home_or_the_homes_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert base.config_file() == tmp_path / "xdg" / "megaprov" / "config.toml"
+    monkeypatch.setenv("XDG_CONFIG_HOME", "")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert base.config_file() == tmp_path / "home" / ".config" / "megaprov" / "config.toml"
+
+
+def test_the_environment_wins_over_the_config_file(config, monkeypatch, tmp_path):
+    config.write_text('inventory = "/srv/other.ini"\n')
+    monkeypatch.setenv("MEGAPROV_INVENTORY", str(tmp_path / "inv.ini"))
+    assert base.default_inventory() == (str(tmp_path / "inv.ini"), "MEGAPROV_INVENTORY")
+
+
+def test_without_either_there_is_no_default(config):
+    assert base.default_inventory() is None
+    config.write_text("# nothing set\n")
+    assert base.default_inventory() is None
+
+
+def test_the_config_files_inventory_is_absolute_home_relative_or_next_to_the_file(config, monkeypatch, tmp_path):
+    config.write_text('inventory = "/srv/cluster/inventory.ini"\n')
+    assert base.default_inventory() == ("/srv/cluster/inventory.ini", str(config))
+    config.write_text('inventory = "clusters/a.ini"\n')
+    assert base.default_inventory() == (str(config.parent / "clusters" / "a.ini"), str(config))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config.write_text('inventory = "~/inv.ini"\n')
+    assert base.default_inventory() == (str(tmp_path / "home" / "inv.ini"), str(config))
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "fix"),
+    [
+        ("inventory = ", "not valid TOML (", 'write inventory = "/path/to/inventory.ini"'),
+        ('inventry = "/a.ini"\n', "unknown setting 'inventry'; did you mean 'inventory'?", "the config file has: inventory"),
+        ('colour = "red"\ninventory = "/a.ini"\n', "unknown setting 'colour'", "the config file has: inventory"),
+        ('inventory = ""\n', "inventory must be a path", 'write inventory = "/path/to/inventory.ini"'),
+        ("inventory = 3\n", "inventory must be a path", 'write inventory = "/path/to/inventory.ini"'),
+    ],
+)
+def test_a_bad_config_file_is_refused_in_one_line_naming_it(config, text, message, fix):
+    config.write_text(text)
+    with pytest.raises(UsageError) as refused:
+        base.default_inventory()
+    assert refused.value.message.startswith(f"{config}: {message}")
+    assert refused.value.message == f"{config}: {message}" or message.endswith("(")
+    assert refused.value.hint == fix
+
+
+def test_a_config_file_past_its_bound_is_refused(config):
+    config.write_text("# " + "x" * (64 * 1024) + "\n")
+    with pytest.raises(UsageError) as refused:
+        base.default_inventory()
+    assert (refused.value.message, refused.value.hint) == (f"config file {config} is 65,539 bytes", "keep it under 65,536 bytes")
