@@ -78,7 +78,7 @@ def _host(entry: str, default_name: str, field: str) -> tuple[str, str | None]:
         return entry, None  # a range: checked when the written inventory is read back
     checked = values.host_address(entry, field)  # an address, or a name by the inventory's own rules (HOST_NAME)
     try:
-        ipaddress.ip_address(checked.partition("%")[0])
+        ipaddress.ip_address(checked)  # a zone (fe80::1%eth0) included
     except ValueError:
         return checked, None
     return default_name, checked

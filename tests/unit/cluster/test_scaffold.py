@@ -231,3 +231,12 @@ def test_the_summary_reads_the_settings_as_the_first_gpu_node_sees_them(tmp_path
     path = tmp_path / "c" / "inventory.ini"
     path.write_text(path.read_text().replace("gpu02 ansible_host=10.0.0.3", "gpu02 ansible_host=10.0.0.3 megaprov_gpus_per_node=4"))
     assert scaffold.summary(inv.load(path, *scaffold.sources()))["settings"]["megaprov_gpus_per_node"] == 8
+
+
+def test_a_first_gpu_node_that_expects_no_gpus_is_not_told_to_set_a_model(tmp_path):
+    from megaprov.cluster import inventory as inv
+
+    scaffold.init(tmp_path / "c", request(gpu=None, nodes="gpu01=10.0.0.2"))
+    (tmp_path / "c" / "host_vars").mkdir()
+    (tmp_path / "c" / "host_vars" / "gpu01.yml").write_text("megaprov_gpu_expected: false\n")
+    assert scaffold.summary(inv.load(tmp_path / "c" / "inventory.ini", *scaffold.sources()))["notes"] == []
