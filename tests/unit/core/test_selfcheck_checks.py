@@ -225,3 +225,40 @@ def test_the_checks_come_in_their_order(monkeypatch):
         "podman",
     ]
     assert sys.version_info[:2] in selfcheck.SUPPORTED_PYTHON
+
+
+def test_a_program_that_answers_nothing_is_where_it_is(tmp_path, monkeypatch):
+    where = program(tmp_path, monkeypatch, "podman", "exit 0")
+    assert selfcheck._program("podman", "fix") == Check("podman", "pass", f" ({where})")  # noqa: SLF001
+
+
+def test_a_state_directory_under_an_executable_file_fails(tmp_path, monkeypatch):
+    (tmp_path / "tool").write_text("#!/bin/sh\n")
+    (tmp_path / "tool").chmod(0o755)
+    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "tool" / "state"))
+    assert selfcheck._state_dir().status == "fail"  # noqa: SLF001
+
+
+def test_each_missing_program_is_named_with_its_own_fix(tmp_path, monkeypatch):
+    program(tmp_path, monkeypatch, "none-here", None)
+    found = {c.name: c for c in selfcheck.checks()}
+    assert found["ansible-playbook"] == Check(
+        "ansible-playbook", "fail", "not found next to this Python or on PATH", "pip install megaprov (it depends on ansible-core)"
+    )
+    assert found["ssh"] == Check("ssh", "fail", "not found next to this Python or on PATH", "apt-get install openssh-client")
+
+
+def test_a_program_gets_30_seconds_to_answer(tmp_path, monkeypatch):
+    """A program that hangs (a broken NFS home, a dead agent) is given up after 30 s: the limit handed to
+    subprocess.run is recorded; the run itself is real."""
+    import subprocess
+
+    real, limits = subprocess.run, []
+
+    def run(*args, **kwargs):
+        limits.append(kwargs.get("timeout"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(selfcheck.subprocess, "run", run)
+    program(tmp_path, monkeypatch, "ssh", "echo OpenSSH_9.2p1")
+    assert selfcheck._program("ssh", "fix").status == "pass" and limits == [30]  # noqa: SLF001
