@@ -11,7 +11,7 @@ from megaprov.errors import UsageError
 from megaprov.training import container, jobspec, nodefacts
 from megaprov.training.planner import GPUS, Cluster
 
-SPEC = """\
+JOB = """\
 name: boxed
 model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 128, vocab_size: 512}
 train: {global_batch_size: 4, train_iters: 10, lr: 0.001}
@@ -19,22 +19,32 @@ data: {mock: true}
 launch:
   nodes: 2
   gpus_per_node: 4
-  launcher: slurm
+  launcher: LAUNCHER
+  megatron_dir: MEGATRON
   slurm: SLURM
   container:
-    image: nvcr.io/nvidia/pytorch:25.01-py3
-    mounts:
-      - {source: /scratch/cache, target: /cache}
-      - {source: /scratch/tok, target: /tok, readonly: false}
+    image: IMAGE
+    mounts: MOUNTS
     env: {TRANSFORMERS_CACHE: /cache/hf}
 """
+TWO_MOUNTS = "[{source: /scratch/cache, target: /cache}, {source: /scratch/tok, target: /tok, readonly: false}]"
+
+
+def box(launcher="slurm", image="nvcr.io/nvidia/pytorch:25.01-py3", mounts="[]", megatron="/opt/megatron-lm", slurm="{time: '00:30:00'}"):
+    fields = {"LAUNCHER": launcher, "IMAGE": image, "MOUNTS": mounts, "MEGATRON": megatron, "SLURM": slurm}
+    text = JOB
+    for key, value in fields.items():
+        text = text.replace(key, value)
+    return jobspec.parse(text, "gpt.yml")
 
 
 def spec(slurm="{time: '00:30:00'}", without_container=False):
-    text = SPEC.replace("SLURM", slurm)
+    """The job with two mounts of its own (one read-only, one not) and one variable."""
     if without_container:
-        text = text.split("  container:")[0]
-    return jobspec.parse(text, "gpt.yml")
+        return jobspec.parse(
+            JOB.split("  container:")[0].replace("LAUNCHER", "slurm").replace("MEGATRON", "/opt/megatron-lm").replace("SLURM", slurm), "gpt.yml"
+        )
+    return box(mounts=TWO_MOUNTS, slurm=slurm)
 
 
 def test_every_podman_container_gets_the_hosts_network_ipc_ids_limits_and_the_mounts():
@@ -148,27 +158,6 @@ def test_a_slurm_field_that_is_no_plain_name_is_refused_by_its_field():
     with pytest.raises(UsageError) as refused:
         container.pyxis_srun(broken, "/shared", 2, True, "n")
     assert str(refused.value).startswith("launch.slurm.account")
-
-
-BOX = """\
-name: boxed
-model: {num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: 128, vocab_size: 512}
-train: {global_batch_size: 4, train_iters: 10, lr: 0.001}
-data: {mock: true}
-launch:
-  nodes: 2
-  gpus_per_node: 4
-  launcher: LAUNCHER
-  megatron_dir: MEGATRON
-  container:
-    image: IMAGE
-    mounts: MOUNTS
-"""
-
-
-def box(launcher="slurm", image="nvcr.io/nvidia/pytorch:25.01-py3", mounts="[]", megatron="/opt/megatron-lm"):
-    text = BOX.replace("LAUNCHER", launcher).replace("IMAGE", image).replace("MOUNTS", mounts).replace("MEGATRON", megatron)
-    return jobspec.parse(text, "gpt.yml")
 
 
 def found(s, shared="/shared", roots=("/scratch",)):
