@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import socket
 import stat
 from pathlib import Path
@@ -22,23 +21,10 @@ import pytest
 
 from megaprov import untrusted
 from megaprov.errors import ExitCode
+from tests.unit.core.test_untrusted import _never_blocks  # noqa: F401 (autouse: a read that blocks fails the test)
 
 HINT = untrusted.HINT
 MISSING_FIX = "check the name; the job may not have written it yet"
-
-
-@pytest.fixture(autouse=True)
-def _never_blocks():
-    """A read that blocks (a FIFO opened for reading waits for a writer for ever) fails the test in 5 s."""
-
-    def expired(*_):
-        raise AssertionError("a read blocked")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(5)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture
