@@ -204,3 +204,79 @@ def test_a_shown_reporter_says_its_line_on_stderr_and_a_silent_one_nothing(capsy
 def test_the_reporters_line_is_data_whatever_brackets_it_holds(capsys):
     Reporter(True).say("node [bold]x[/bold] said [/]")
     assert capsys.readouterr().err == "node [bold]x[/bold] said [/]\n"
+
+
+# ---- what a run prints besides the live line, and events that lack their fields
+
+
+def printed(buf):
+    """The lines a run printed above the live line (the stage and FAILED lines), without the spinner's frames."""
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())  # the terminal's cursor moves and erasures
+    return [p for p in re.split(r"[\r\n]", text) if p and not re.match("[\u2800-\u28ff] ", p)]
+
+
+def test_a_stage_is_announced_once_at_its_first_task_and_a_failure_says_its_host_task_and_first_line(terminal):
+    progress = RunProgress(total_hosts=2)
+    play(
+        progress,
+        *START,
+        ("playbook_on_task_start", {"task": "Write the keys"}),
+        ("runner_on_failed", {"host": "n1", "res": {"msg": "  Permission denied\nsecond line"}}),
+        ("runner_on_unreachable", {"host": "n2", "res": {}}),
+        ("playbook_on_play_start", {"play": "NFS [shared]"}),
+        ("playbook_on_task_start", {"task": "Export"}),
+    )
+    assert printed(terminal) == [
+        "stage: SSH mesh",
+        "  FAILED n1: Write the keys: Permission denied",
+        "  FAILED n2: Write the keys: runner_on_unreachable",
+        "stage: NFS [shared]",
+    ]
+
+
+def test_a_failure_ansible_was_told_to_ignore_is_not_counted_or_said(terminal):
+    progress = RunProgress(total_hosts=1)
+    play(progress, *START, ("runner_on_failed", {"host": "n1", "ignore_errors": True, "res": {"msg": "ignored"}}))
+    assert progress.failed == set() and progress.done == {"n1"}
+    assert printed(terminal) == ["stage: SSH mesh"]
+    assert last_status(terminal) == "[SSH mesh] Create the cluster user: 1/1 hosts"
+
+
+def test_events_without_their_fields_read_as_empty_names_and_an_unknown_host(terminal):
+    progress = RunProgress(total_hosts=1)
+    play(
+        progress,
+        ("playbook_on_play_start", {}),
+        ("playbook_on_task_start", {"task": "t"}),
+        ("runner_on_failed", {"res": {"msg": None}}),
+        ({}, {}),
+    )
+    assert progress.failed == {"?"} and progress.play == ""
+    assert printed(terminal) == ["stage: ", "  FAILED ?: t: None"]
+    progress = RunProgress(total_hosts=1)
+    play(progress, ("playbook_on_play_start", {"play": "p"}), ("playbook_on_task_start", {}))
+    assert progress.task == "" and progress.announced is True
+
+
+def test_a_reporters_run_is_a_live_line_over_its_hosts_shown_or_quiet():
+    shown, quiet = Reporter(True).run(5), Reporter(False).run(7)
+    assert (shown.total_hosts, shown.quiet, quiet.total_hosts, quiet.quiet) == (5, False, 7, True)
+    assert (shown.play, shown.task, shown.announced, shown.done, shown.failed) == ("", "", False, set(), set())
+
+
+def test_the_json_envelope_is_two_space_indented_in_the_order_written():
+    from pathlib import Path
+
+    text = output.envelope("plan", True, {"z": Path("/a"), "a": [1]})
+    version = output.JSON_SCHEMA_VERSION
+    assert (
+        text
+        == f'{{\n  "megaprov": {version},\n  "command": "plan",\n  "ok": true,\n  "result": {{\n    "z": "/a",\n    "a": [\n      1\n    ]\n  }}\n}}'
+    )
+
+
+def test_the_live_line_starts_by_saying_ansible_playbook_is_starting_and_stops_once(terminal):
+    progress = RunProgress(total_hosts=1)
+    progress.stop()
+    progress.stop()  # a second stop (the run's finally after an error) is nothing
+    assert re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue()).strip("\r\n")[2:] == "starting ansible-playbook"
