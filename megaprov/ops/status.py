@@ -11,6 +11,7 @@ from typing import Any
 from megaprov import paths, values
 from megaprov.cluster import inventory as inv
 from megaprov.cluster.history import read_status, status_file
+from megaprov.cluster.runner import epoch
 from megaprov.errors import MegaprovError
 from megaprov.output import Reporter
 
@@ -100,9 +101,10 @@ def gather(inventory: str, probe: bool, report: Reporter) -> dict[str, Any]:
         "inventory": str(found.path),
         "last_bootstrap": recorded.get("last"),
         "nodes": nodes,
-        # the running jobs, then the five latest of the others (started is UTC, ISO 8601: its text sorts by time)
+        # the running jobs, then the five latest of the others (by the time of their start stamp: job.json is the
+        # cluster user's to write, in any ISO 8601 form; a job without one counts as oldest)
         "jobs": [j for j in listed if j.get("state") in live]
-        + sorted((j for j in listed if j.get("state") not in live), key=lambda j: str(j.get("started") or ""), reverse=True)[:5],
+        + sorted((j for j in listed if j.get("state") not in live), key=lambda j: epoch(j.get("started")) or 0.0, reverse=True)[:5],
         "alerts": asked.get("alerts", []),
         "doctor": {"at": doctor.get("at"), "level": doctor.get("level"), "errors": len(errors)} if doctor else None,
         "asked": sorted(asked),

@@ -368,7 +368,7 @@ def test_the_live_jobs_come_first_then_the_five_latest_of_the_others(tmp_path, m
         "g-starting": ("starting", "2026-01-09T00:00:00Z"),
         "h-seventh": ("finished", "2026-01-07T00:00:00Z"),
         "i-fourth": ("unknown", "2026-01-04T00:00:00Z"),
-        "j-third": ("stopped", "2026-01-03T00:00:00Z"),
+        "j-third": ("stopped", "2026-01-04T03:00:00+05:00"),  # 2026-01-03T22:00Z: by time, not by its text, after i-fourth
     }
     rows = {name: job_row(job_on_disk(mnt, name, state=s, started=at), s, at) for name, (s, at) in started.items()}
     bad = job_on_disk(mnt, "k-broken")
