@@ -14,6 +14,8 @@ from megaprov import values
 from megaprov.cluster import scaffold
 from megaprov.errors import UsageError
 
+ROOT = Path(__file__).resolve().parents[3]
+
 HEADER = (
     "# Written by `megaprov init`. Check it offline with `megaprov inventory check -i THIS_DIRECTORY`, then\n"
     "# `megaprov preflight -i THIS_DIRECTORY` (contacts the nodes) and `megaprov bootstrap -i THIS_DIRECTORY`.\n"
@@ -187,8 +189,8 @@ def test_the_summary_of_a_written_inventory_says_its_settings_and_what_is_unset(
 
 
 def test_the_sources_are_the_roles_and_the_cluster_defaults():
-    roles, defaults = scaffold.sources()
-    assert isinstance(roles, Path) and (roles / "nccl").is_dir() and defaults.is_file()
+    collection = ROOT / "ansible_collections" / "megaprov" / "cluster"
+    assert scaffold.sources() == (collection / "roles", collection / "roles" / "megaprov" / "defaults" / "main.yml")
 
 
 def test_ten_thousand_nodes_pass_the_flag_and_the_head_makes_one_host_too_many_for_the_inventory(tmp_path):
