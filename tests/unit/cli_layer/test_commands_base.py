@@ -147,3 +147,116 @@ def test_a_config_file_past_its_bound_is_refused(config):
     with pytest.raises(UsageError) as refused:
         base.default_inventory()
     assert (refused.value.message, refused.value.hint) == (f"config file {config} is 65,539 bytes", "keep it under 65,536 bytes")
+
+
+# ---- the inventory a command needs: -i, the deprecated positional form, or the default
+
+
+def inventory_args(tmp_path, inventory=None, positional=None):
+    import argparse
+
+    return argparse.Namespace(inventory=inventory, inventory_positional=positional, command_path="bootstrap")
+
+
+def test_the_positional_form_is_taken_with_a_note_naming_the_flag(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.chdir(tmp_path)
+    args = inventory_args(tmp_path, positional="site.ini")
+    assert base.need_inventory(args) == str(tmp_path / "site.ini")
+    assert args.inventory == str(tmp_path / "site.ini")
+    assert capsys.readouterr().err == (
+        "megaprov: note: `megaprov bootstrap INVENTORY` is deprecated and goes in the next release: write -i site.ini\n"
+    )
+
+
+def test_the_positional_form_and_the_same_flag_are_one_inventory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = inventory_args(tmp_path, inventory=str(tmp_path / "site.ini"), positional="./site.ini")
+    assert base.need_inventory(args) == str(tmp_path / "site.ini")
+
+
+def test_two_different_inventories_are_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = inventory_args(tmp_path, inventory=str(tmp_path / "a.ini"), positional="b.ini")
+    with pytest.raises(UsageError) as error:
+        base.need_inventory(args)
+    assert (error.value.message, error.value.hint) == (f"two inventories: b.ini and -i {tmp_path / 'a.ini'}", "give one, as -i INVENTORY")
+    assert capsys.readouterr().err == ""  # refused before the note
+
+
+def test_a_command_without_the_positional_form_reads_the_flag(tmp_path):
+    import argparse
+
+    args = argparse.Namespace(inventory=str(tmp_path / "a.ini"), command_path="preflight")
+    assert base.need_inventory(args) == str(tmp_path / "a.ini")
+
+
+def test_without_any_inventory_the_refusal_names_the_command_why_and_each_way(tmp_path, monkeypatch):
+    monkeypatch.delenv("MEGAPROV_INVENTORY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    with pytest.raises(UsageError) as error:
+        base.need_inventory(inventory_args(tmp_path), " (the head runs the job)")
+    assert error.value.message == "megaprov bootstrap needs -i INVENTORY (the head runs the job)"
+    assert error.value.hint == (
+        f'pass the cluster\'s inventory, or set MEGAPROV_INVENTORY or inventory = "PATH" in {tmp_path / "xdg" / "megaprov" / "config.toml"}'
+    )
+
+
+def test_the_default_inventory_fills_the_flag(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAPROV_INVENTORY", str(tmp_path / "env.ini"))
+    args = inventory_args(tmp_path)
+    assert base.need_inventory(args) == str(tmp_path / "env.ini")
+    assert args.inventory == str(tmp_path / "env.ini")
+
+
+# ---- -e: KEY=VALUE and @FILE
+
+
+def test_a_value_is_read_as_yaml_scalars_lists_and_mappings():
+    got = base.extravars(["a=1", "b=true", "c=[1, 2]", "d={x: y}", "e=text with spaces", "f=", "g=1.5", "h=null"])
+    assert got == {"a": 1, "b": True, "c": [1, 2], "d": {"x": "y"}, "e": "text with spaces", "f": "", "g": 1.5, "h": None}
+
+
+def test_a_value_that_is_no_yaml_or_no_plain_type_is_its_text():
+    got = base.extravars(["a=[unclosed", "b=2026-12-06", "c=!!binary aGVsbG8=", "d=: x", "e=a=b"])
+    assert got == {"a": "[unclosed", "b": "2026-12-06", "c": "!!binary aGVsbG8=", "d": ": x", "e": "a=b"}
+
+
+@pytest.mark.parametrize("raw", ["novalue", "=1", "bad-name=1", "1x=2", "a b=1"])
+def test_what_is_not_key_value_is_refused(raw):
+    with pytest.raises(UsageError) as error:
+        base.extravars([raw])
+    assert (error.value.message, error.value.hint) == (f"-e {raw!r} is not KEY=VALUE", "write -e name=value (or -e @vars.yml)")
+
+
+def test_a_file_of_variables_is_merged_in_order(tmp_path):
+    (tmp_path / "v.yml").write_text("a: 1\nb: [x]\n")
+    assert base.extravars(["a=0", f"@{tmp_path / 'v.yml'}", "b=2"]) == {"a": 1, "b": 2}
+
+
+def test_a_missing_file_is_refused_naming_it(tmp_path):
+    missing = tmp_path / "nope.yml"
+    with pytest.raises(UsageError) as error:
+        base.extravars([f"@{missing}"])
+    assert (error.value.message, error.value.hint) == (f"-e @{missing}: file {missing} does not exist", "pass -e @FILE with an existing YAML file")
+
+
+def test_a_dangling_link_is_refused_by_the_reader_as_one(tmp_path):
+    link = tmp_path / "v.yml"
+    link.symlink_to(tmp_path / "gone.yml")
+    with pytest.raises(UsageError) as error:
+        base.extravars([f"@{link}"])
+    assert (error.value.message, error.value.hint) == (f"-e @{link}: file {link} does not exist (a dangling symlink)", "check the path")
+
+
+def test_a_file_of_bad_yaml_or_no_mapping_is_refused(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("a: [1\n")
+    with pytest.raises(UsageError) as error:
+        base.extravars([f"@{bad}"])
+    assert (error.value.message, error.value.hint) == (f"-e @{bad}: invalid YAML (ParserError)", "fix the file's YAML syntax")
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(UsageError) as error:
+        base.extravars([f"@{bad}"])
+    assert (error.value.message, error.value.hint) == (f"-e @{bad}: must hold a mapping of name: value", "write name: value lines")
