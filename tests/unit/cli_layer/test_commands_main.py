@@ -185,6 +185,28 @@ def test_an_unknown_flag_with_a_value_is_matched_by_its_name(capsys):
     assert err.endswith(": did you mean --nodes? (see `megaprov lab up --help`)\n")
 
 
+def test_an_unknown_flag_with_a_long_value_is_matched_by_its_name_alone(capsys):
+    _code, _out, err = run(capsys, "lab", "up", "--nodse=123456789012")
+    assert err.endswith(": did you mean --nodes? (see `megaprov lab up --help`)\n")
+
+
+def test_a_single_dash_word_is_never_guessed_as_a_long_flag(capsys):
+    _code, _out, err = run(capsys, "lab", "up", "-nodse")
+    assert err == "megaprov: error: megaprov: unrecognized arguments: -nodse: see `megaprov lab up --help`\n"
+
+
+def test_the_guess_is_for_the_first_unknown_word_even_when_a_value_repeats_the_parsers_words(capsys):
+    _code, _out, err = run(capsys, "inventory", "check", "--inventroy", "x", "unrecognized arguments: --debgu")
+    assert err.endswith(": did you mean --inventory? (see `megaprov inventory check --help`)\n")
+
+
+def test_a_mistake_before_any_command_is_an_envelope_without_a_command(capsys):
+    code, out, _err = run(capsys, "-o", "json", "--zzzzzzzz")
+    doc = json.loads(out)
+    assert code == 2
+    assert (doc["command"], doc["ok"]) == ("", False)
+
+
 def test_an_unknown_flag_close_to_nothing_points_at_the_commands_help(capsys):
     code, _out, err = run(capsys, "inventory", "check", "--zzzzzzzz")
     assert code == 2
@@ -265,6 +287,15 @@ def test_a_refusal_in_json_carries_each_detail_as_an_error(capsys, monkeypatch):
     assert code == 2
     assert doc["command"] == "inventory check"
     assert [e["message"] for e in doc["errors"]] == ["bad", "first detail"]
+
+
+def test_a_refusals_details_and_a_bugs_words_are_printed_as_they_are(capsys, monkeypatch):
+    monkeypatch.setattr(scaffold, "summary", raising(refusal("bad", "fix", "[bold]detail[/bold]")))
+    _code, _out, err = run(capsys, "inventory", "check", "-i", "inventory.ini")
+    assert err.splitlines()[1] == "megaprov: error: [bold]detail[/bold]"
+    monkeypatch.setattr(scaffold, "summary", raising(RuntimeError("[red]boom[/red]")))
+    _code, _out, err = run(capsys, "inventory", "check", "-i", "inventory.ini")
+    assert err == "megaprov: internal error: RuntimeError: [red]boom[/red] (rerun with --debug and report it)\n"
 
 
 def test_debug_prints_the_traceback_of_a_refusal(capsys, monkeypatch):
@@ -366,12 +397,12 @@ def test_a_failed_outcome_prints_its_error_after_its_text(capsys, monkeypatch):
     monkeypatch.setattr(
         commands,
         "build_parser",
-        _parser_with(lambda _args: base.Outcome("inventory check", {}, ExitCode.RUN_FAILED, "it failed", text=lambda: print("the text"))),
+        _parser_with(lambda _args: base.Outcome("inventory check", {}, ExitCode.RUN_FAILED, "[b]it[/b] failed", text=lambda: print("the text"))),
     )
     code, out, err = run(capsys, "inventory", "check", "-i", "inventory.ini")
     assert code == 3
     assert out == "the text\n"
-    assert err == "megaprov: error: it failed\n"
+    assert err == "megaprov: error: [b]it[/b] failed\n"
 
 
 def test_a_successful_outcome_with_an_error_line_does_not_print_it(capsys, monkeypatch):
@@ -393,6 +424,24 @@ def _parser_with(handler):
 
 
 # ---- shell completion
+
+
+def test_main_answers_a_completion_request_over_its_own_parser(monkeypatch):
+    import argcomplete
+
+    asked = []
+
+    def autocomplete(parser):
+        asked.append(parser)
+        raise SystemExit(0)  # argcomplete prints the completions and exits
+
+    monkeypatch.setattr(argcomplete, "autocomplete", autocomplete)
+    monkeypatch.setenv("_ARGCOMPLETE", "1")
+    with pytest.raises(SystemExit):
+        commands.main(["inventory"])
+    assert len(asked) == 1
+    assert asked[0].prog == "megaprov"
+    assert "inventory" in commands._subparsers(asked[0])
 
 
 def test_without_a_completion_request_nothing_is_completed(monkeypatch):
