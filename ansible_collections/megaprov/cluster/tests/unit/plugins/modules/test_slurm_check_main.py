@@ -355,3 +355,54 @@ def test_after_the_step_a_failing_sinfo_is_waited_out_and_then_every_node_is_abs
     )
     # the settle wait is 30 s from the step's end; a clock of 7 s per reading sees it end after 4 or 5 polls
     assert 4 <= slurm.calls().count(SINFO_ARGV) - 1 <= 5
+
+
+@pytest.mark.parametrize("state", ["drained", "draining", "drained*"])
+def test_a_drained_node_whose_reason_is_a_lost_contact_is_resumed(tmp_path, monkeypatch, capsys, state):
+    lost = f"node1|idle|none\nnode2|{state}|Not responding\nnode3|idle|none\n"
+    slurm = Slurm(tmp_path, monkeypatch, [lost, IDLE])
+    code, result = run_module(slurm_check.main, args(step=False, timeout=60), capsys)
+    assert code == 0, result
+    assert "scontrol update nodename=node2 state=resume" in slurm.calls()
+    assert result["resumed"] == ["node2"]
+
+
+def test_an_up_node_with_an_old_reason_is_not_one_that_lost_contact(tmp_path, monkeypatch, capsys):
+    slurm = Slurm(tmp_path, monkeypatch, ["node1|idle|Not responding\nnode2|down|none\nnode3|idle|none\n"])
+    code, _result = run_module(slurm_check.main, args(timeout=0), capsys)
+    assert code == 1
+    assert slurm.calls() == [SINFO_ARGV]  # node2 is down for no lost contact; node1 is up: no reconfigure
+
+
+def test_the_deadline_itself_is_still_within_the_wait(tmp_path, monkeypatch, capsys):
+    clock = iter([0.0, 25.0, 50.0])
+    monkeypatch.setattr(slurm_check.time, "monotonic", lambda: next(clock))
+    slurm = Slurm(tmp_path, monkeypatch, ["node1|idle|none\nnode2|down|none\nnode3|idle|none\n"])
+    code, _result = run_module(slurm_check.main, args(timeout=25), capsys)
+    assert code == 1
+    assert slurm.calls() == [SINFO_ARGV] * 2
+
+
+def test_the_polls_are_two_seconds_apart(tmp_path, monkeypatch, capsys):
+    slurm = Slurm(tmp_path, monkeypatch, ["node1|idle|none\nnode2|unknown|none\nnode3|idle|none\n", IDLE])
+    slept = []
+    monkeypatch.setattr(slurm_check.time, "sleep", slept.append)
+    code, result = run_module(slurm_check.main, args(step=False, timeout=60), capsys)
+    assert code == 0, result
+    assert slept == [2]
+    assert slurm.calls().count(SINFO_ARGV) == 2
+
+
+def test_a_long_scontrol_error_is_cut_to_its_last_300_characters(tmp_path, monkeypatch, capsys):
+    Slurm(tmp_path, monkeypatch, [IDLE])
+    (tmp_path / "tools" / "scontrol").write_text("#!/bin/sh\nprintf 'a%.0s' $(seq 400) >&2\nprintf 'END\\n' >&2\nexit 1\n")
+    code, result = run_module(slurm_check.main, args(), capsys)
+    assert code == 1
+    assert result["msg"] == "scontrol show node failed: " + "a" * 297 + "END"
+
+
+def test_a_node_configured_without_gres_that_registered_some_is_named(tmp_path, monkeypatch, capsys):
+    Slurm(tmp_path, monkeypatch, [IDLE])
+    code, result = run_module(slurm_check.main, args(gres={"node1": ""}), capsys)
+    assert code == 1
+    assert result["msg"] == "Slurm Gres differ from the GPU facts: node1 has Gres=gpu:h100:8, configured none"
