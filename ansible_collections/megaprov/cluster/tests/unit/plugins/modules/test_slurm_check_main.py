@@ -406,3 +406,48 @@ def test_a_node_configured_without_gres_that_registered_some_is_named(tmp_path, 
     code, result = run_module(slurm_check.main, args(gres={"node1": ""}), capsys)
     assert code == 1
     assert result["msg"] == "Slurm Gres differ from the GPU facts: node1 has Gres=gpu:h100:8, configured none"
+
+
+def test_a_second_step_that_fails_otherwise_says_its_attempt_and_the_wait_between_is_five_seconds(tmp_path, monkeypatch, capsys):
+    twice = (
+        f'if [ ! -e {tmp_path}/tried ]; then touch {tmp_path}/tried; echo "srun: error: Socket timed out on send/recv" >&2; exit 1; fi;'
+        ' echo "srun: error: Invalid account" >&2; exit 1'
+    )
+    Slurm(tmp_path, monkeypatch, [IDLE], srun=twice)
+    slept = []
+    monkeypatch.setattr(slurm_check.time, "sleep", slept.append)
+    code, result = run_module(slurm_check.main, args(), capsys)
+    assert code == 1
+    assert result["msg"] == "srun -N3 hostname as megaprov: rc=1, answered nobody (attempt 2): srun: error: Invalid account"
+    assert slept == [5]
+
+
+def test_a_long_srun_error_is_cut_to_its_last_300_characters(tmp_path, monkeypatch, capsys):
+    Slurm(tmp_path, monkeypatch, [IDLE], srun="printf 'a%.0s' $(seq 400) >&2; printf 'END\\n' >&2; exit 1")
+    code, result = run_module(slurm_check.main, args(), capsys)
+    assert code == 1
+    assert result["msg"] == "srun -N3 hostname as megaprov: rc=1, answered nobody: " + "a" * 297 + "END"
+
+
+COMPLETING = "node1|completing|none\nnode2|idle|none\nnode3|idle|none\n"
+
+
+@pytest.mark.parametrize(
+    ("settle", "polls"),
+    [
+        # the clock's readings: the wait's deadline, the step's start and end, the settle wait's start, then one per poll
+        ([0.0, 100.0, 103.0, 200.0, 230.0, 260.0], 2),  # 230 is not past 200 + 30: one more poll
+        ([0.0, 100.0, 103.0, 200.0, 230.5, 260.0], 1),  # 230.5 is past it
+    ],
+)
+def test_after_the_step_the_nodes_get_thirty_seconds_to_settle(tmp_path, monkeypatch, capsys, settle, polls):
+    clock = iter(settle)
+    monkeypatch.setattr(slurm_check.time, "monotonic", lambda: next(clock))
+    slurm = Slurm(tmp_path, monkeypatch, [IDLE, COMPLETING])
+    slept = []
+    monkeypatch.setattr(slurm_check.time, "sleep", slept.append)
+    code, result = run_module(slurm_check.main, args(), capsys)
+    assert code == 0, result  # completing is up: the check passes once the wait is over
+    assert slurm.calls().count(SINFO_ARGV) == 1 + polls
+    assert slept == [1] * (polls - 1)
+    assert "answered from node1, node2, node3 in 3.0 s;" in result["summary"]
