@@ -260,3 +260,32 @@ def test_a_file_of_bad_yaml_or_no_mapping_is_refused(tmp_path):
     with pytest.raises(UsageError) as error:
         base.extravars([f"@{bad}"])
     assert (error.value.message, error.value.hint) == (f"-e @{bad}: must hold a mapping of name: value", "write name: value lines")
+
+
+def test_an_alias_is_refused_naming_the_variable_or_the_file_and_its_line(tmp_path):
+    with pytest.raises(UsageError) as error:
+        base.extravars(["x=[&a 1, *a]"])
+    assert (error.value.message, error.value.hint) == ("-e x:1: YAML anchors and aliases are not allowed here", "write the values out")
+    aliased = tmp_path / "v.yml"
+    aliased.write_text("a: 1\nb: &a [1]\nc: *a\n")
+    with pytest.raises(UsageError) as error:
+        base.extravars([f"@{aliased}"])
+    assert error.value.message == f"-e @{aliased}:2: YAML anchors and aliases are not allowed here"
+
+
+def test_an_empty_inventory_flag_is_no_inventory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert base.inventory_path("") == ""
+    monkeypatch.setenv("MEGAPROV_INVENTORY", str(tmp_path / "env.ini"))
+    args = inventory_args(tmp_path, inventory=base.inventory_path(""))
+    assert base.need_inventory(args) == str(tmp_path / "env.ini")
+
+
+def test_a_command_without_an_output_flag_reports_as_text():
+    import argparse
+
+    from megaprov.output import SHOWN, SILENT
+
+    assert base.reporter(argparse.Namespace()) is SHOWN
+    assert base.reporter(argparse.Namespace(output="text")) is SHOWN
+    assert base.reporter(argparse.Namespace(output="json")) is SILENT
