@@ -577,6 +577,26 @@ def test_top_live_view_prints_a_url_with_brackets_as_it_is(capsys, monkeypatch, 
     assert "nodes (http://h:9090/[bold]x)" in out.splitlines()
 
 
+def test_top_live_view_redraws_once_a_second_in_the_terminal_not_a_screen_of_its_own(capsys, monkeypatch, prom):
+    import rich.live
+
+    made = []
+    real = rich.live.Live
+
+    def live(*args, **kwargs):
+        made.append(kwargs)
+        return real(*args, **kwargs)
+
+    def sleep(seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rich.live, "Live", live)
+    monkeypatch.setattr(time, "sleep", sleep)
+    code, _, _ = run(capsys, "top", "-i", "inventory.ini", "--url", "http://h:9090")
+    assert code == ExitCode.INTERRUPTED
+    assert [(k["refresh_per_second"], k["screen"]) for k in made] == [(1, False)]
+
+
 @pytest.mark.parametrize(("interval", "why"), [("0", "0 must be at least 1"), ("3601", "'3601' is more than 3,600")])
 def test_top_interval_is_1_to_3600(capsys, prom, interval, why):
     code, _, err = run(capsys, "top", "-i", "inventory.ini", "--interval", interval)
@@ -775,3 +795,11 @@ def test_status_help(capsys):
         "cluster's inventory (default: $MEGAPROV_INVENTORY or the config file's) --recorded what this machine recorded "
         "only (no Slurm or Prometheus question)"
     )
+
+
+def test_status_prints_the_doctor_level_as_recorded(capsys, tmp_path, gather):
+    gather.answer["doc"] = document(tmp_path, doctor={"at": 1796203600, "level": "[b]deep[/b]", "errors": 1})
+    code, out, _ = run(capsys, "status", "-i", "inventory.ini")
+    assert code == ExitCode.OK
+    lines = out.splitlines()
+    assert "doctor: 1 error finding(s) at 2026-12-02 09:26 ([b]deep[/b])" in lines
