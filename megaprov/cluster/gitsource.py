@@ -34,7 +34,8 @@ GIT_ENV = {
 
 
 def _digest(source: Path) -> str:
-    """The tree's identity: the archive's bytes, or every file's path and bytes of the directory."""
+    """The tree's identity: the archive's bytes, or every file's path, length and bytes of the directory (the length
+    keeps a file whose bytes spell another file's entry from matching that pair of files)."""
     h = hashlib.sha256()
     if source.is_file():
         with source.open("rb") as f:
@@ -42,7 +43,8 @@ def _digest(source: Path) -> str:
                 h.update(block)
     else:
         for path in sorted(p for p in source.rglob("*") if p.is_file() and ".git" not in p.relative_to(source).parts):
-            h.update(str(path.relative_to(source)).encode() + b"\0" + path.read_bytes() + b"\0")
+            data = path.read_bytes()
+            h.update(str(path.relative_to(source)).encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
     return h.hexdigest()[:16]
 
 
@@ -55,6 +57,17 @@ def _unpack(archive: Path, into: Path) -> None:
             tar.extractall(into, filter="data")  # noqa: S202 (the data filter refuses absolute paths, .., links out, devices)
     except (tarfile.TarError, OSError) as exc:
         raise UsageError(f"{archive} is not a readable tar archive: {exc}", "give a .tar.gz made by git archive, or a directory") from exc
+
+
+COPY_FIX = "check that the tree is readable and that the cache directory has room"
+
+
+def _step(argv: list[str], what: str, fix: str) -> None:
+    """One command of the build; its failure is one line naming what failed and the program's last words."""
+    proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", check=False)  # noqa: S603 (argv, no shell)
+    if proc.returncode != 0:
+        said = (proc.stderr.strip() or proc.stdout.strip())[-300:]
+        raise EnvironmentProblem(f"{what} failed: {said}", fix)
 
 
 def remote_from_tree(source: Path, name: str, tag: str, cache: Path) -> Path:
@@ -78,8 +91,8 @@ def remote_from_tree(source: Path, name: str, tag: str, cache: Path) -> Path:
                 work.rmdir()
                 top.rename(work)
         else:
-            subprocess.run(["cp", "-a", "--", f"{source}/.", str(work)], check=True, capture_output=True)
-            subprocess.run(["rm", "-rf", "--", str(work / ".git")], check=True)
+            _step(["cp", "-a", "--", f"{source}/.", str(work)], f"copying {source}", COPY_FIX)
+            _step(["rm", "-rf", "--", str(work / ".git")], f"removing the copy's .git of {source}", COPY_FIX)
         env = {**os.environ, **GIT_ENV}
 
         def git(*args: str, cwd: Path = work) -> None:
@@ -95,7 +108,7 @@ def remote_from_tree(source: Path, name: str, tag: str, cache: Path) -> Path:
         git("commit", "-q", "-m", f"{name} at {tag}, from a tree (megaprov.cluster.gitsource)")
         git("tag", tag)
         git("clone", "-q", "--bare", str(work), str(tmp / f"{name}.git"), cwd=tmp)
-        subprocess.run(["rm", "-rf", "--", str(work)], check=True)
+        _step(["rm", "-rf", "--", str(work)], f"removing the work tree of {source}", COPY_FIX)
 
     return cached_dir(final, build, f"{source}\n{tag}") / f"{name}.git"
 
