@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from megaprov import __version__, output, selfcheck
-from megaprov.cli import main
 from megaprov.cluster import bundle, provision, runner, scaffold
 from megaprov.errors import ExitCode, HostsUnreachable
+from tests.helpers.commandline import cells, help_lines, isolate, options, run
 
 GOOD = "[head]\nn1 ansible_host=192.0.2.10\n[gpu_nodes]\nn1\n"
 
@@ -30,39 +30,9 @@ GOOD = "[head]\nn1 ansible_host=192.0.2.10\n[gpu_nodes]\nn1\n"
 def _env(tmp_path, monkeypatch):
     """As the benchmark runs: no colour, a known width; megaprov's state and config of this test alone, the current
     directory the test's own, no default inventory and no strategy from the environment."""
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "300")
-    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("MEGAPROV_INVENTORY", raising=False)
+    isolate(monkeypatch, tmp_path)
     monkeypatch.delenv("MEGAPROV_STRATEGY", raising=False)
-    monkeypatch.delenv("_ARGCOMPLETE", raising=False)
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "inventory.ini").write_text(GOOD)
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def help_lines(capsys, *argv) -> list[str]:
-    with pytest.raises(SystemExit) as exit_:
-        main([*argv, "--help"])
-    assert exit_.value.code == 0
-    return [line.strip() for line in capsys.readouterr().out.splitlines()]
-
-
-def options(capsys, *argv) -> str:
-    """The options section of a command's --help, its words joined by one space (argparse's column layout aside)."""
-    lines = help_lines(capsys, *argv)
-    return " ".join(" ".join(lines[lines.index("options:") : lines.index("examples:")]).split())
-
-
-def cells(line: str) -> list[str]:
-    """The cells of a row of a rich table, as the operator reads them."""
-    return [c.strip() for c in line.replace("┃", "│").strip("│ ").split("│")]
 
 
 def report(playbook: str = "site.yml", **fields) -> provision.Report:

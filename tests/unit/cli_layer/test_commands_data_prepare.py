@@ -20,24 +20,14 @@ from megaprov.cli import main
 from megaprov.errors import ExitCode
 from megaprov.training import data
 from megaprov.training.data import PrepareResult, Progress, TokenizerSpec
+from tests.helpers.commandline import isolate, run
 
 
 @pytest.fixture(autouse=True)
 def _env(tmp_path, monkeypatch):
     """As the benchmark runs: no colour, a known width; megaprov's state and config of this test alone, the current
     directory the test's own, and no default inventory."""
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "300")
-    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("MEGAPROV_INVENTORY", raising=False)
-    monkeypatch.chdir(tmp_path)
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
+    isolate(monkeypatch, tmp_path)
 
 
 def help_lines(capsys, *argv) -> list[str]:

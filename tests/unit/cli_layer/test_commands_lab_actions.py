@@ -20,6 +20,7 @@ from megaprov.cli import main
 from megaprov.cluster import lab
 from megaprov.commands import lab as lab_command
 from megaprov.errors import ExitCode, UsageError
+from tests.helpers.commandline import isolate, run
 
 NO_PODMAN = "podman is not installed: run scripts/setup.sh (apt-get install podman runc netavark aardvark-dns)"
 
@@ -27,12 +28,7 @@ NO_PODMAN = "podman is not installed: run scripts/setup.sh (apt-get install podm
 @pytest.fixture(autouse=True)
 def _env(tmp_path, monkeypatch):
     """As the benchmark runs: no colour, a known width; megaprov's state and config of this test alone."""
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "300")
-    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("MEGAPROV_INVENTORY", raising=False)
-    monkeypatch.chdir(tmp_path)
+    isolate(monkeypatch, tmp_path)
 
 
 @pytest.fixture
@@ -41,12 +37,6 @@ def no_podman(tmp_path, monkeypatch):
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # ---- a refusal names the action that refused

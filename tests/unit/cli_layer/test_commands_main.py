@@ -16,26 +16,15 @@ from megaprov.cluster import scaffold
 from megaprov.commands import base
 from megaprov.errors import ExitCode, UsageError
 from megaprov.output import JSON_SCHEMA_VERSION
+from tests.helpers.commandline import isolate, run
 
 GOOD = "[head]\nh1 ansible_host=192.0.2.10\n[gpu_nodes]\nn1 ansible_host=192.0.2.11\n"
 
 
 @pytest.fixture(autouse=True)
 def _env(tmp_path, monkeypatch):
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "300")
-    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("MEGAPROV_INVENTORY", raising=False)
-    monkeypatch.delenv("_ARGCOMPLETE", raising=False)
-    monkeypatch.chdir(tmp_path)
+    isolate(monkeypatch, tmp_path)
     (tmp_path / "inventory.ini").write_text(GOOD)
-
-
-def run(capsys, *argv):
-    code = commands.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def refusal(message: str, hint: str, *details: str) -> UsageError:

@@ -22,12 +22,12 @@ from contextlib import contextmanager
 import pytest
 
 from megaprov import output
-from megaprov.cli import main
 from megaprov.errors import ExitCode, HostsUnreachable
 from megaprov.ops import doctor, logs, status, top
 from megaprov.ops.doctor import health
 from megaprov.ops.doctor.findings import LOG_BOUNDS, Report, finding
 from megaprov.training import jobs
+from tests.helpers.commandline import cells, help_lines, isolate, options, run
 
 GOOD = "[head]\nn1 ansible_host=192.0.2.10\n[gpu_nodes]\nn1\nn2 ansible_host=192.0.2.11\n"
 OOM = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
@@ -37,44 +37,15 @@ OOM = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.
 def _env(tmp_path, monkeypatch):
     """As the benchmark runs: no colour, a known width, UTC; megaprov's state and config of this test alone, the
     current directory the test's own, no default inventory; the inventory's observe stage on."""
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("COLUMNS", "300")
+    isolate(monkeypatch, tmp_path)
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
-    monkeypatch.setenv("MEGAPROV_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("MEGAPROV_INVENTORY", raising=False)
-    monkeypatch.delenv("_ARGCOMPLETE", raising=False)
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "inventory.ini").write_text(GOOD)
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "group_vars" / "all.yml").write_text("megaprov_observe: true\n")
     yield
     monkeypatch.undo()
     time.tzset()
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def help_lines(capsys, *argv) -> list[str]:
-    with pytest.raises(SystemExit) as exit_:
-        main([*argv, "--help"])
-    assert exit_.value.code == 0
-    return [line.strip() for line in capsys.readouterr().out.splitlines()]
-
-
-def options(capsys, *argv) -> str:
-    """The options section of a command's --help, its words joined by one space (argparse's column layout aside)."""
-    lines = help_lines(capsys, *argv)
-    return " ".join(" ".join(lines[lines.index("options:") : lines.index("examples:")]).split())
-
-
-def cells(line: str) -> list[str]:
-    return [c.strip() for c in line.replace("┃", "│").strip("│ ").split("│")]
 
 
 # ---- logs
