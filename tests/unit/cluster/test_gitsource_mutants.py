@@ -20,20 +20,10 @@ import pytest
 
 from megaprov.cluster import gitsource
 from megaprov.errors import EnvironmentProblem, UsageError
+from tests.unit.cluster.test_cluster_sources_mutants import git, tree
 
 TAG = "core_v0.16.1"
 SEP = "\x1f"
-
-
-def tree(root: Path) -> Path:
-    (root / "megatron" / "core").mkdir(parents=True)
-    (root / "megatron" / "core" / "package_info.py").write_text("__version__ = '0.16.1'\n")
-    (root / "pretrain_gpt.py").write_text("print('hi')\n")
-    return root
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "--git-dir", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
 
 def files(repo: Path) -> list[str]:

@@ -10,6 +10,7 @@ planner.GPUS' real models. Only why() is fed hand-made step times (throughput.St
 thresholds is reached exactly. Nothing is stood in: the planner is pure arithmetic.
 """
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -473,23 +474,8 @@ def test_the_step_is_its_gemms_at_the_assumed_share_of_the_peak():
 
 
 def _time(**seconds):
-    fields = dict.fromkeys(
-        (
-            "gemm",
-            "attention",
-            "elementwise",
-            "logits",
-            "recompute",
-            "tensor_parallel",
-            "context_parallel",
-            "bubble",
-            "pipeline_sends",
-            "data_parallel",
-            "contention",
-            "optimizer",
-        ),
-        0.0,
-    )
+    """A step time of every mechanism at 0 s but those given."""
+    fields = {f.name: 0.0 for f in dataclasses.fields(throughput.StepTime) if f.name != "parts"}
     return throughput.StepTime(**{**fields, **seconds})
 
 
