@@ -236,11 +236,11 @@ def _seconds(start: str | None, end: str | None) -> tuple[float, float] | None:
 
 def epoch(stamp: Any) -> float | None:
     """An ISO 8601 stamp (an event's, a node log's start line) as seconds since the epoch; None for anything that is
-    not one (a node's `date` without %N prints "%3N"). UTC's Z may be written in either case (RFC 3339, 5.6)."""
+    not one (a node's `date` without %N prints "%3N")."""
     if not isinstance(stamp, str):
         return None
     try:
-        return datetime.fromisoformat(stamp[:-1] + "+00:00" if stamp.endswith(("Z", "z")) else stamp).timestamp()
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 
