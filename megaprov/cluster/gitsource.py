@@ -62,9 +62,9 @@ def _unpack(archive: Path, into: Path) -> None:
 COPY_FIX = "check that the tree is readable and that the cache directory has room"
 
 
-def _step(argv: list[str], what: str, fix: str) -> None:
+def _step(argv: list[str], what: str, fix: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
     """One command of the build; its failure is one line naming what failed and the program's last words."""
-    proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", check=False)  # noqa: S603 (argv, no shell)
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, errors="replace", check=False)  # noqa: S603 (argv, no shell)
     if proc.returncode != 0:
         said = (proc.stderr.strip() or proc.stdout.strip())[-300:]
         raise EnvironmentProblem(f"{what} failed: {said}", fix)
@@ -96,10 +96,7 @@ def remote_from_tree(source: Path, name: str, tag: str, cache: Path) -> Path:
         env = {**os.environ, **GIT_ENV}
 
         def git(*args: str, cwd: Path = work) -> None:
-            proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                said = (proc.stderr.strip() or proc.stdout.strip())[-300:]
-                raise EnvironmentProblem(f"git {args[0]} of {source} failed: {said}", "check git works here (scripts/setup.sh installs it)")
+            _step(["git", *args], f"git {args[0]} of {source}", "check git works here (scripts/setup.sh installs it)", cwd, env)
 
         if not any(path.is_file() for path in work.rglob("*")):
             raise UsageError(f"{source} holds no file", "give a Megatron-LM tree: a directory or a .tar.gz made by git archive")
